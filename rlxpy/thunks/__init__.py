@@ -1,0 +1,1 @@
+"""Thunk records, per-op compile functions, the arena planner and the executor."""

@@ -1,0 +1,71 @@
+"""The arena planner: every value (and every kernel scratch) gets a 64-byte-aligned byte
+offset in one buffer; values whose lifetimes do not overlap may share bytes.
+
+A lifetime is the closed interval [first thunk that writes it, last thunk that reads it].
+Pinned values (params, graph inputs, graph outputs) live for the whole run, so nothing
+ever overlaps them. With planning off every value gets bytes of its own, which is how a
+test catches aliasing: the two plans must give identical outputs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List
+
+import numpy as np
+
+ALIGN = 64
+
+
+def align(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+@dataclass(frozen=True, slots=True)
+class Buffer:
+    vid: int      # value id (or scratch id)
+    nbytes: int
+    first: int    # thunk index of its first write (-1: before the run)
+    last: int     # thunk index of its last read (a large number: after the run)
+
+
+def plan_offsets(buffers: List[Buffer], reuse: bool = True) -> "tuple[Dict[int, int], int]":
+    """Greedy by size: each buffer takes the lowest aligned offset that no buffer with
+    an overlapping lifetime already holds. Returns (offsets, total bytes)."""
+    offsets: Dict[int, int] = {}
+    if not reuse:
+        top = 0
+        for b in buffers:
+            offsets[b.vid] = top
+            top += align(max(b.nbytes, 1))
+        return offsets, top
+    placed: List[Buffer] = []
+    top = 0
+    for b in sorted(buffers, key=lambda b: (-b.nbytes, b.first, b.vid)):
+        size = align(max(b.nbytes, 1))
+        taken = sorted((offsets[p.vid], offsets[p.vid] + align(max(p.nbytes, 1)))
+                       for p in placed if p.first <= b.last and b.first <= p.last)
+        off = 0
+        for start, end in taken:
+            if off + size <= start:
+                break
+            off = max(off, end)
+        offsets[b.vid] = off
+        placed.append(b)
+        top = max(top, off + size)
+    return offsets, top
+
+
+def new_arena(nbytes: int) -> np.ndarray:
+    """A float32 buffer whose first byte is 64-byte aligned."""
+    raw = np.empty(nbytes + ALIGN, dtype=np.uint8)
+    start = (-raw.ctypes.data) % ALIGN
+    return raw[start:start + nbytes].view(np.float32)
+
+
+def view(arena: np.ndarray, off: int, shape) -> np.ndarray:
+    """The float32 tensor at byte offset `off` (offsets are bytes; the arena indexes elements)."""
+    start = off // 4
+    n = 1
+    for d in shape:
+        n *= d
+    return arena[start:start + n].reshape(shape)

@@ -1,0 +1,183 @@
+"""Per-op compile functions: COMPILE[op](node, ctx) -> one thunk record.
+
+A compile function sees concrete shapes and the Config; it knows nothing of numba. The
+`*_off` fields it fills hold value ids (scratch ids from `ctx.scratch`); the plan
+builder turns them into arena offsets.
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, List, Tuple
+
+from ..cpu_kernels.config import Config
+from ..ir.graph import Node
+from ..ir.shape import conv_out
+from . import algos, records as R
+
+COMPILE: Dict[str, Callable[[Node, "LowerCtx"], R.Record]] = {}
+
+
+def compile_rule(op: str):
+    def deco(fn):
+        if op in COMPILE:
+            raise RuntimeError(f"duplicate compile rule for {op}")
+        COMPILE[op] = fn
+        return fn
+    return deco
+
+
+def lookup(op: str):
+    try:
+        return COMPILE[op]
+    except KeyError:
+        raise NotImplementedError(f"no compile rule for {op}") from None
+
+
+class LowerCtx:
+    """What a compile function may ask: concrete shapes, the Config, scratch bytes."""
+
+    def __init__(self, shapes: Dict[int, Tuple[int, ...]], config: Config, first_scratch_id: int):
+        self.shapes = shapes
+        self.config = config
+        self.scratch_requests: List[Tuple[int, int]] = []  # (scratch id, bytes) of the current node
+        self._next_id = first_scratch_id
+
+    def shape(self, vid: int) -> Tuple[int, ...]:
+        return self.shapes[vid]
+
+    def scratch(self, nbytes: int) -> int:
+        """A scratch buffer live only while this node's thunk runs; -1 when none is needed."""
+        if nbytes <= 0:
+            return -1
+        sid = self._next_id
+        self._next_id += 1
+        self.scratch_requests.append((sid, int(nbytes)))
+        return sid
+
+
+def _bias_id(node: Node) -> int:
+    return node.inputs[2] if len(node.inputs) > 2 else -1
+
+
+def conv_geometry(node: Node, ctx: LowerCtx, x_vid: int, y_vid: int, kernel) -> dict:
+    """Geometry fields of a conv-family record. A 1-D conv becomes a 2-D one with H = 1:
+    [N, C, L] and [N, C, 1, L] are the same bytes, so no data is copied."""
+    a = node.attrs
+    x, y = ctx.shape(x_vid), ctx.shape(y_vid)
+    stride, dilation = a.stride, a.dilation
+    pad_b, pad_e = tuple(p[0] for p in a.padding), tuple(p[1] for p in a.padding)
+    kernel = tuple(kernel)
+    if len(x) == 3:
+        x, y = (x[0], x[1], 1, x[2]), (y[0], y[1], 1, y[2])
+        kernel, stride, dilation = (1,) + kernel, (1,) + stride, (1,) + dilation
+        pad_b, pad_e = (0,) + pad_b, (0,) + pad_e
+    return dict(node=node.name, x_shape=x, y_shape=y, kernel=kernel, stride=stride, pad_begin=pad_b,
+                pad_end=pad_e, dilation=dilation, groups=a.groups)
+
+
+def is_pointwise(g: dict) -> bool:
+    return (all(k == 1 for k in g["kernel"]) and all(s == 1 for s in g["stride"]) and g["groups"] == 1
+            and not any(g["pad_begin"]) and not any(g["pad_end"]))
+
+
+@compile_rule("Conv")
+def compile_conv(node: Node, ctx: LowerCtx) -> R.Record:
+    x, w = node.inputs[0], node.inputs[1]
+    g = conv_geometry(node, ctx, x, node.output, ctx.shape(w)[2:])
+    if is_pointwise(g):
+        algo, why = algos.choose_conv2d_1x1(g, ctx.config)
+        return R.Conv2D1x1(algo=algo, why=why, x_off=x, w_off=w, b_off=_bias_id(node), y_off=node.output, **g)
+    algo, why, scratch = algos.choose_conv2d(g, ctx.config)
+    return R.Conv2D(algo=algo, why=why, x_off=x, w_off=w, b_off=_bias_id(node), y_off=node.output,
+                    scratch_off=ctx.scratch(scratch), scratch_bytes=scratch, **g)
+
+
+@compile_rule("Conv3d")
+def compile_conv3d(node: Node, ctx: LowerCtx) -> R.Record:
+    x, w = node.inputs[0], node.inputs[1]
+    g = conv_geometry(node, ctx, x, node.output, ctx.shape(w)[2:])
+    algo, why, scratch = algos.choose_conv3d(g, ctx.config)
+    return R.Conv3d(algo=algo, why=why, x_off=x, w_off=w, b_off=_bias_id(node), y_off=node.output,
+                    scratch_off=ctx.scratch(scratch), scratch_bytes=scratch, **g)
+
+
+def _compile_conv_transpose(record_type, family: str):
+    def rule(node: Node, ctx: LowerCtx) -> R.Record:
+        x, w = node.inputs[0], node.inputs[1]
+        g = conv_geometry(node, ctx, x, node.output, ctx.shape(w)[2:])
+        algo, why, scratch = algos.choose_conv_transpose(family, g, ctx.config)
+        return record_type(algo=algo, why=why, x_off=x, w_off=w, b_off=_bias_id(node), y_off=node.output,
+                           scratch_off=ctx.scratch(scratch), scratch_bytes=scratch, **g)
+    return rule
+
+
+compile_rule("ConvTranspose2d")(_compile_conv_transpose(R.ConvTranspose2d, "conv_transpose2d"))
+compile_rule("ConvTranspose3d")(_compile_conv_transpose(R.ConvTranspose3d, "conv_transpose3d"))
+
+
+@compile_rule("Conv2dBackwardInput")
+def compile_conv2d_backward_input(node: Node, ctx: LowerCtx) -> R.Record:
+    dy, w = node.inputs
+    g = conv_geometry(node, ctx, node.output, dy, ctx.shape(w)[2:])
+    algo, why, scratch = algos.choose_conv2d_backward_input(g, ctx.config)
+    return R.Conv2dBackwardInput(algo=algo, why=why, dy_off=dy, w_off=w, dx_off=node.output,
+                                 scratch_off=ctx.scratch(scratch), scratch_bytes=scratch, **g)
+
+
+@compile_rule("Conv2dBackwardWeight")
+def compile_conv2d_backward_weight(node: Node, ctx: LowerCtx) -> R.Record:
+    x, dy = node.inputs
+    g = conv_geometry(node, ctx, x, dy, node.attrs.kernel)
+    algo, why, scratch = algos.choose_conv2d_backward_weight(g, ctx.config)
+    return R.Conv2dBackwardWeight(algo=algo, why=why, x_off=x, dy_off=dy, dw_off=node.output,
+                                  scratch_off=ctx.scratch(scratch), scratch_bytes=scratch, **g)
+
+
+def pool_geometry(node: Node, ctx: LowerCtx, x_vid: int, y_vid: int) -> dict:
+    """A 1-D pool becomes a 2-D one with H = 1, as for convs."""
+    a = node.attrs
+    x, y = ctx.shape(x_vid), ctx.shape(y_vid)
+    kernel, stride, dilation = a.kernel, a.stride, a.dilation
+    pad_b, pad_e = tuple(p[0] for p in a.padding), tuple(p[1] for p in a.padding)
+    if len(x) == 3:
+        x, y = (x[0], x[1], 1, x[2]), (y[0], y[1], 1, y[2])
+        kernel, stride, dilation = (1,) + kernel, (1,) + stride, (1,) + dilation
+        pad_b, pad_e = (0,) + pad_b, (0,) + pad_e
+    return dict(node=node.name, x_shape=x, y_shape=y, kernel=kernel, stride=stride, pad_begin=pad_b,
+                pad_end=pad_e, dilation=dilation)
+
+
+@compile_rule("Pool")
+def compile_pool(node: Node, ctx: LowerCtx) -> R.Record:
+    g = pool_geometry(node, ctx, node.inputs[0], node.output)
+    rank3d = len(g["x_shape"]) == 5
+    algo, why = algos.choose_simple("pool3d" if rank3d else "pool2d", ctx.config)
+    record_type = R.Pool3D if rank3d else R.Pool2D
+    return record_type(algo=algo, why=why, kind=node.attrs.kind, count_include_pad=node.attrs.count_include_pad,
+                       x_off=node.inputs[0], y_off=node.output, **g)
+
+
+@compile_rule("MaxPool2dBackward")
+def compile_max_pool2d_backward(node: Node, ctx: LowerCtx) -> R.Record:
+    x, dy = node.inputs
+    g = pool_geometry(node, ctx, x, dy)
+    algo, why = algos.choose_simple("max_pool2d_backward", ctx.config)
+    return R.MaxPool2dBackward(algo=algo, why=why, x_off=x, dy_off=dy, dx_off=node.output, **g)
+
+
+@compile_rule("Im2Col")
+def compile_im2col(node: Node, ctx: LowerCtx) -> R.Record:
+    a = node.attrs
+    x = ctx.shape(node.inputs[0])
+    out_hw = tuple(conv_out(x[2 + i], a.kernel[i], a.stride[i], a.padding[i], a.dilation[i], node.name, i)
+                   for i in range(2))
+    algo, why = algos.choose_simple("im2col", ctx.config)
+    return R.Im2Col(node=node.name, algo=algo, why=why, x_shape=x, out_hw=out_hw, kernel=a.kernel,
+                    stride=a.stride, pad_begin=tuple(p[0] for p in a.padding), dilation=a.dilation,
+                    x_off=node.inputs[0], y_off=node.output)
+
+
+@compile_rule("ResizeNearest2x")
+def compile_resize_nearest2x(node: Node, ctx: LowerCtx) -> R.Record:
+    algo, why = algos.choose_simple("resize_nearest2x", ctx.config)
+    return R.ResizeNearest2x(node=node.name, algo=algo, why=why, x_shape=ctx.shape(node.inputs[0]),
+                             x_off=node.inputs[0], y_off=node.output)

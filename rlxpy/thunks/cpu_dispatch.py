@@ -1,0 +1,119 @@
+"""The CPU dispatch table: (record type, algo) -> a function that takes views of the
+arena and calls a numba kernel. Registered here, next to the calls they make."""
+from __future__ import annotations
+
+from typing import Callable, Dict, Tuple, Type
+
+import numpy as np
+
+from ..cpu_kernels import backward, conv3d, conv_transpose, im2col, pool, resize
+from . import records as R
+from .arena import view
+
+EXEC: Dict[Tuple[Type[R.Record], str], Callable[[R.Record, np.ndarray], None]] = {}
+NO_BIAS = np.zeros(0, np.float32)
+
+
+def runs(record_type, algo: str):
+    def deco(fn):
+        key = (record_type, algo)
+        if key in EXEC:
+            raise RuntimeError(f"duplicate CPU kernel for {record_type.__name__}/{algo}")
+        EXEC[key] = fn
+        return fn
+    return deco
+
+
+def resolve(rec: R.Record) -> Callable:
+    try:
+        return EXEC[(type(rec), rec.algo)]
+    except KeyError:
+        raise NotImplementedError(f"{rec.node}: no CPU kernel for {type(rec).__name__} with algo "
+                                  f"{rec.algo!r}") from None
+
+
+def as5d(shape) -> Tuple[int, ...]:
+    """[N, C, spatial...] with unit leading spatial axes up to three."""
+    return tuple(shape[:2]) + (1,) * (5 - len(shape)) + tuple(shape[2:])
+
+
+def pad3(t, fill) -> Tuple[int, ...]:
+    return (fill,) * (3 - len(t)) + tuple(t)
+
+
+def bias_of(rec, arena) -> np.ndarray:
+    return NO_BIAS if rec.b_off < 0 else view(arena, rec.b_off, (rec.y_shape[1],))
+
+
+def conv_args(rec: R.ConvGeometry):
+    return pad3(rec.stride, 1) + pad3(rec.pad_begin, 0) + pad3(rec.dilation, 1) + (rec.groups,)
+
+
+def weight5d(rec: R.ConvGeometry, w_rows: int, w_cols: int):
+    return (w_rows, w_cols) + pad3(rec.kernel, 1)
+
+
+@runs(R.Conv2D, "naive")
+@runs(R.Conv2D1x1, "naive")
+@runs(R.Conv3d, "naive")
+def conv_reference(rec, arena):
+    K, Cg = rec.y_shape[1], rec.x_shape[1] // rec.groups
+    conv3d.conv_naive(view(arena, rec.x_off, as5d(rec.x_shape)), view(arena, rec.w_off, weight5d(rec, K, Cg)),
+                      bias_of(rec, arena), view(arena, rec.y_off, as5d(rec.y_shape)), *conv_args(rec))
+
+
+@runs(R.ConvTranspose2d, "naive")
+@runs(R.ConvTranspose3d, "naive")
+def conv_transpose_reference(rec, arena):
+    C, Kg = rec.x_shape[1], rec.y_shape[1] // rec.groups
+    conv_transpose.conv_transpose_naive(
+        view(arena, rec.x_off, as5d(rec.x_shape)), view(arena, rec.w_off, weight5d(rec, C, Kg)),
+        bias_of(rec, arena), view(arena, rec.y_off, as5d(rec.y_shape)), *conv_args(rec))
+
+
+@runs(R.Conv2dBackwardInput, "naive")
+def conv2d_backward_input_reference(rec, arena):
+    # dx = conv_transpose(dy, w): w [K, C/g, kh, kw] is already the transposed conv's layout.
+    K, Cg = rec.y_shape[1], rec.x_shape[1] // rec.groups
+    conv_transpose.conv_transpose_naive(
+        view(arena, rec.dy_off, as5d(rec.y_shape)), view(arena, rec.w_off, weight5d(rec, K, Cg)), NO_BIAS,
+        view(arena, rec.dx_off, as5d(rec.x_shape)), *conv_args(rec))
+
+
+@runs(R.Conv2dBackwardWeight, "naive")
+def conv2d_backward_weight_reference(rec, arena):
+    K, Cg = rec.y_shape[1], rec.x_shape[1] // rec.groups
+    backward.conv2d_backward_weight_naive(
+        view(arena, rec.x_off, rec.x_shape), view(arena, rec.dy_off, rec.y_shape),
+        view(arena, rec.dw_off, (K, Cg) + tuple(rec.kernel)),
+        *rec.stride, *rec.pad_begin, *rec.dilation, rec.groups)
+
+
+@runs(R.Pool2D, "naive")
+@runs(R.Pool3D, "naive")
+def pool_reference(rec, arena):
+    pool.pool_naive(view(arena, rec.x_off, as5d(rec.x_shape)), view(arena, rec.y_off, as5d(rec.y_shape)),
+                    rec.kind == "max", *pad3(rec.kernel, 1), *pad3(rec.stride, 1), *pad3(rec.pad_begin, 0),
+                    *pad3(rec.pad_end, 0), *pad3(rec.dilation, 1), rec.count_include_pad)
+
+
+@runs(R.MaxPool2dBackward, "naive")
+def max_pool2d_backward_reference(rec, arena):
+    pool.max_pool_backward_naive(
+        view(arena, rec.x_off, as5d(rec.x_shape)), view(arena, rec.dy_off, as5d(rec.y_shape)),
+        view(arena, rec.dx_off, as5d(rec.x_shape)), *pad3(rec.kernel, 1), *pad3(rec.stride, 1),
+        *pad3(rec.pad_begin, 0), *pad3(rec.dilation, 1))
+
+
+@runs(R.Im2Col, "naive")
+def im2col_reference(rec, arena):
+    N, C = rec.x_shape[:2]
+    rows = (N * rec.out_hw[0] * rec.out_hw[1], C * rec.kernel[0] * rec.kernel[1])
+    im2col.im2col_naive(view(arena, rec.x_off, rec.x_shape), view(arena, rec.y_off, rows), *rec.out_hw,
+                        *rec.kernel, *rec.stride, *rec.pad_begin, *rec.dilation)
+
+
+@runs(R.ResizeNearest2x, "naive")
+def resize_nearest2x_reference(rec, arena):
+    N, C, H, W = rec.x_shape
+    resize.resize_nearest2x_naive(view(arena, rec.x_off, rec.x_shape), view(arena, rec.y_off, (N, C, 2 * H, 2 * W)))

@@ -1,0 +1,55 @@
+"""explain(): one row per thunk (node, op, record type, algo and why, shapes, FLOPs, arena
+offset and bytes of its output and scratch) and the arena's total size."""
+from __future__ import annotations
+
+from ..ir.shape import fmt_shape, numel
+from . import records as R
+
+
+def flops(rec: R.Record) -> int:
+    """Multiply-adds count 2. Data movement (im2col, resize) counts 0."""
+    if isinstance(rec, (R.ConvTranspose2d, R.ConvTranspose3d)):
+        return 2 * numel(rec.x_shape) * (rec.y_shape[1] // rec.groups) * numel(rec.kernel)
+    if isinstance(rec, R.ConvGeometry):  # forward and both gradients: the same MACs
+        return 2 * numel(rec.y_shape) * (rec.x_shape[1] // rec.groups) * numel(rec.kernel)
+    if isinstance(rec, R.PoolGeometry):
+        return numel(rec.y_shape) * numel(rec.kernel)
+    return 0
+
+
+def _output_off(rec: R.Record) -> int:
+    for f in ("y_off", "dx_off", "dw_off"):
+        if hasattr(rec, f):
+            return getattr(rec, f)
+    raise AssertionError(f"{type(rec).__name__} has no output field")
+
+
+def _human(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+
+
+def explain_plan(plan, nodes) -> str:
+    by_name = {n.name: n for n in nodes}
+    rows = []
+    total_flops = 0
+    for i, rec in enumerate(plan.thunks):
+        node = by_name[rec.node]
+        ins = " ".join(fmt_shape(plan.shapes[v]) for v in node.inputs)
+        out_shape = plan.shapes[node.output]
+        f = flops(rec)
+        total_flops += f
+        scratch = getattr(rec, "scratch_bytes", 0)
+        mem = f"@{_output_off(rec)} {_human(4 * numel(out_shape))}"
+        if scratch:
+            mem += f" + scratch @{rec.scratch_off} {_human(scratch)}"
+        rows.append((str(i), rec.node, node.op, type(rec).__name__, rec.algo,
+                     f"{ins} -> {fmt_shape(out_shape)}", f"{f / 1e6:.1f}", mem, rec.why))
+    head = ("#", "node", "op", "record", "algo", "shapes", "MFLOP", "arena (offset, bytes)", "why")
+    widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head) - 1)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r[:-1], widths)) + "  " + r[-1] for r in [head] + rows]
+    lines.append(f"arena: {plan.arena_bytes} bytes ({_human(plan.arena_bytes)}); without reuse "
+                 f"{plan.sum_value_bytes} bytes; {len(plan.thunks)} thunks, {total_flops / 1e6:.1f} MFLOP")
+    return "\n".join(lines)
