@@ -1,0 +1,34 @@
+"""Shared test helpers: one-node graphs run through the public API, and tolerances."""
+from __future__ import annotations
+
+import numpy as np
+
+import rlxpy as rx
+
+REFERENCE = rx.Config(fast_conv=False)
+
+
+def rand(rng, *shape, scale=1.0) -> np.ndarray:
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def run_graph(build, inputs: dict, params: dict = None, config=REFERENCE, plan_memory=True):
+    """build(g, values) -> output Value; values holds the inputs (dynamic batch) and params.
+    Returns (output array, executable)."""
+    g = rx.Graph()
+    values = {name: g.input(name, (None,) + a.shape[1:]) for name, a in inputs.items()}
+    for name, a in (params or {}).items():
+        values[name] = g.param(name, a)
+    g.output("out", build(g, values))
+    exe = rx.compile(g, config, plan_memory=plan_memory)
+    return exe.run(inputs)["out"], exe
+
+
+def assert_close(actual, expected, rtol, what=""):
+    """Elementwise |a - e| <= rtol * max(1, max|e|): a relative bound that does not blow
+    up where a single output happens to be near zero."""
+    expected = np.asarray(expected, dtype=np.float64)
+    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
+    scale = max(1.0, float(np.abs(expected).max())) if expected.size else 1.0
+    err = float(np.abs(actual.astype(np.float64) - expected).max()) if expected.size else 0.0
+    assert err <= rtol * scale, f"{what}: max abs error {err:.3g} > {rtol} * {scale:.3g}"
