@@ -1,7 +1,10 @@
 """Transposed convolution (also the input gradient of a conv), reference kernel in 3-D form."""
+import numba
 import numpy as np
+from numba import prange
 
-from .jit import kernel
+from .gemm import sgemm
+from .jit import kernel, parallel_kernel
 
 
 @kernel
@@ -38,3 +41,54 @@ def conv_transpose_naive(x, w, b, y, sd, sh, sw, pd, ph, pw, dd, dh, dw, groups)
                                         acc += np.float64(x[n, c, tz // sd, ty // sh, tx // sw]) * \
                                             np.float64(w[c, kk, kd, kh, kw])
                         y[n, k, od, oh, ow] = acc + bias
+
+
+@parallel_kernel
+def conv_transpose_col2im(x, w, b, y, sd, sh, sw, pd, ph, pw, dd, dh, dw, groups, scratch, k_blocks):
+    """GEMM into columns + col2im. x [N, C, D, H, W], w [C, K/g, kd, kh, kw].
+    Work items are (image, group, block of output channels): cols [kb*k^3, D*H*W] =
+    W_g[:, block]^T @ x[n, g] in the worker's scratch slot, then every column is added into
+    y at o = i*s - p + k*d. Blocks own disjoint output channels, so the overlapping
+    scatter-adds of stride < kernel never race."""
+    N, C, D, H, W = x.shape
+    _, Kg, KD, KH, KW = w.shape
+    K, OD, OH, OW = y.shape[1], y.shape[2], y.shape[3], y.shape[4]
+    Cg, KK, Pin = C // groups, KD * KH * KW, D * H * W
+    kb = (Kg + k_blocks - 1) // k_blocks
+    slot = kb * KK * Pin
+    items = N * groups * k_blocks
+    for it in prange(items):
+        n = it // (groups * k_blocks)
+        rest = it - n * groups * k_blocks
+        g = rest // k_blocks
+        k0 = (rest - g * k_blocks) * kb
+        k1 = min(Kg, k0 + kb)
+        if k0 >= k1:
+            continue
+        rows = (k1 - k0) * KK
+        cols = scratch[numba.get_thread_id() * slot:][:rows * Pin].reshape(rows, Pin)
+        sgemm(True, False, rows, Pin, Cg, w.ctypes.data + 4 * (g * Cg * Kg * KK + k0 * KK), Kg * KK,
+              x.ctypes.data + 4 * (n * C + g * Cg) * Pin, Pin, False, cols.ctypes.data, Pin)
+        for kk in range(k0, k1):
+            k = g * Kg + kk
+            out = y[n, k]
+            out[:] = b[k] if b.size > 0 else np.float32(0.0)
+            for kd in range(KD):
+                for kh in range(KH):
+                    for kw in range(KW):
+                        src = cols[((kk - k0) * KD + kd) * KH * KW + kh * KW + kw]
+                        for iz in range(D):
+                            oz = iz * sd - pd + kd * dd
+                            if oz < 0 or oz >= OD:
+                                continue
+                            for iy in range(H):
+                                oy = iy * sh - ph + kh * dh
+                                if oy < 0 or oy >= OH:
+                                    continue
+                                orow = out[oz, oy]
+                                base = (iz * H + iy) * W
+                                start = kw * dw - pw
+                                for ix in range(W):
+                                    ox = ix * sw + start
+                                    if 0 <= ox < OW:
+                                        orow[ox] += src[base + ix]

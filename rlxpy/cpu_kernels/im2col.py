@@ -1,5 +1,8 @@
 """Im2Col in rows layout: cols[(n*OH + oh)*OW + ow, (c*kh + i)*kw + j] = x[n, c, ih, iw] or 0."""
-from .jit import kernel
+import numpy as np
+from numba import prange
+
+from .jit import kernel, parallel_kernel
 
 
 @kernel
@@ -18,3 +21,64 @@ def im2col_naive(x, cols, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw):
                             if 0 <= iy < H and 0 <= ix < W:
                                 v = x[n, c, iy, ix]
                             cols[r, (c * KH + i) * KW + j] = v
+
+
+@kernel
+def _valid_range(OW, W, start, step):
+    """The ow range [lo, hi) for which 0 <= ow*step + start < W."""
+    lo = 0 if start >= 0 else (-start + step - 1) // step
+    hi = 0 if W - start <= 0 else (W - start + step - 1) // step
+    hi = min(hi, OW)
+    return lo, max(lo, hi)
+
+
+@kernel
+def fill_columns(x, n, c0, Cg, r0, r1, cols, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw, OH, OW):
+    """Column layout for one output tile: cols[((c*KD + kd)*KH + kh)*KW + kw, (r - r0)*OW + ow]
+    = x[n, c0 + c, od*sd - pd + kd*dd, oh*sh - ph + kh*dh, ow*sw - pw + kw*dw] (0 outside),
+    for output rows r = od*OH + oh in [r0, r1). x is [N, C, D, H, W]."""
+    D, H, W = x.shape[2], x.shape[3], x.shape[4]
+    for c in range(Cg):
+        for kd in range(KD):
+            for kh in range(KH):
+                for kw in range(KW):
+                    row = ((c * KD + kd) * KH + kh) * KW + kw
+                    start = kw * dw - pw
+                    lo, hi = _valid_range(OW, W, start, sw)
+                    for r in range(r0, r1):
+                        od = r // OH
+                        oh = r - od * OH
+                        iz = od * sd - pd + kd * dd
+                        iy = oh * sh - ph + kh * dh
+                        base = (r - r0) * OW
+                        if iz < 0 or iz >= D or iy < 0 or iy >= H:
+                            cols[row, base:base + OW] = 0.0
+                            continue
+                        cols[row, base:base + lo] = 0.0
+                        src = x[n, c0 + c, iz, iy]
+                        if sw == 1:
+                            cols[row, base + lo:base + hi] = src[lo + start:hi + start]
+                        else:
+                            for ow in range(lo, hi):
+                                cols[row, base + ow] = src[ow * sw + start]
+                        cols[row, base + hi:base + OW] = 0.0
+
+
+@parallel_kernel
+def im2col_rows_parallel(x, out, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw):
+    """Rows layout [N*OH*OW, C*KH*KW], parallel over output rows (n, oh)."""
+    N, C, H, W = x.shape
+    for t in prange(N * OH):
+        n = t // OH
+        oh = t - n * OH
+        for ow in range(OW):
+            r = t * OW + ow
+            for c in range(C):
+                for i in range(KH):
+                    iy = oh * sh - ph + i * dh
+                    for j in range(KW):
+                        ix = ow * sw - pw + j * dw
+                        v = np.float32(0.0)
+                        if 0 <= iy < H and 0 <= ix < W:
+                            v = x[n, c, iy, ix]
+                        out[r, (c * KH + i) * KW + j] = v

@@ -1,7 +1,9 @@
-"""Pooling: reference kernels in 3-D form (1-D and 2-D pools have unit leading axes)."""
+"""Pooling in 3-D form (1-D and 2-D pools have unit leading axes): the reference kernels
+and their parallel versions (parallel over the N*C planes, which are independent)."""
 import numpy as np
+from numba import prange
 
-from .jit import kernel
+from .jit import kernel, parallel_kernel
 
 
 @kernel
@@ -31,54 +33,121 @@ def _max_window(x, n, c, z0, y0, x0, KD, KH, KW, dd, dh, dw):
 
 
 @kernel
-def pool_naive(x, y, is_max, KD, KH, KW, sd, sh, sw, pd, ph, pw, ed, eh, ew, dd, dh, dw,
-               count_include_pad):
-    """The oracle. (pd, ph, pw) begin and (ed, eh, ew) end paddings. Average pooling divides
-    as PyTorch does: the window clipped to the padded input when count_include_pad, else
-    clipped to the input."""
-    N, C, D, H, W = x.shape
+def _pool_plane(x, y, n, c, is_max, KD, KH, KW, sd, sh, sw, pd, ph, pw, ed, eh, ew, dd, dh, dw,
+                count_include_pad):
+    """One (n, c) plane. Average pooling divides as PyTorch does: by the window clipped to
+    the padded input when count_include_pad, else by the window clipped to the input."""
+    D, H, W = x.shape[2], x.shape[3], x.shape[4]
     OD, OH, OW = y.shape[2], y.shape[3], y.shape[4]
-    for n in range(N):
-        for c in range(C):
-            for od in range(OD):
-                for oh in range(OH):
-                    for ow in range(OW):
-                        z0 = od * sd - pd
-                        y0 = oh * sh - ph
-                        x0 = ow * sw - pw
-                        if is_max:
-                            y[n, c, od, oh, ow] = _max_window(x, n, c, z0, y0, x0, KD, KH, KW, dd, dh, dw)[0]
-                            continue
-                        z1 = min(z0 + KD, D + ed)
-                        y1 = min(y0 + KH, H + eh)
-                        x1 = min(x0 + KW, W + ew)
-                        padded_count = (z1 - z0) * (y1 - y0) * (x1 - x0)
-                        z0c, y0c, x0c = max(z0, 0), max(y0, 0), max(x0, 0)
-                        z1c, y1c, x1c = min(z1, D), min(y1, H), min(x1, W)
-                        acc = 0.0
-                        for iz in range(z0c, z1c):
-                            for iy in range(y0c, y1c):
-                                for ix in range(x0c, x1c):
-                                    acc += np.float64(x[n, c, iz, iy, ix])
-                        count = padded_count if count_include_pad else (z1c - z0c) * (y1c - y0c) * (x1c - x0c)
-                        y[n, c, od, oh, ow] = acc / count
+    for od in range(OD):
+        for oh in range(OH):
+            for ow in range(OW):
+                z0 = od * sd - pd
+                y0 = oh * sh - ph
+                x0 = ow * sw - pw
+                if is_max:
+                    y[n, c, od, oh, ow] = _max_window(x, n, c, z0, y0, x0, KD, KH, KW, dd, dh, dw)[0]
+                    continue
+                z1 = min(z0 + KD, D + ed)
+                y1 = min(y0 + KH, H + eh)
+                x1 = min(x0 + KW, W + ew)
+                padded_count = (z1 - z0) * (y1 - y0) * (x1 - x0)
+                z0c, y0c, x0c = max(z0, 0), max(y0, 0), max(x0, 0)
+                z1c, y1c, x1c = min(z1, D), min(y1, H), min(x1, W)
+                acc = 0.0
+                for iz in range(z0c, z1c):
+                    for iy in range(y0c, y1c):
+                        for ix in range(x0c, x1c):
+                            acc += np.float64(x[n, c, iz, iy, ix])
+                count = padded_count if count_include_pad else (z1c - z0c) * (y1c - y0c) * (x1c - x0c)
+                y[n, c, od, oh, ow] = acc / count
+
+
+@kernel
+def pool_naive(x, y, is_max, KD, KH, KW, sd, sh, sw, pd, ph, pw, ed, eh, ew, dd, dh, dw, count_include_pad):
+    """The oracle: plane after plane. (pd, ph, pw) begin and (ed, eh, ew) end paddings."""
+    for n in range(x.shape[0]):
+        for c in range(x.shape[1]):
+            _pool_plane(x, y, n, c, is_max, KD, KH, KW, sd, sh, sw, pd, ph, pw, ed, eh, ew, dd, dh, dw,
+                        count_include_pad)
+
+
+@kernel
+def _taps(start, step, K, L):
+    """[lo, hi): the taps k with 0 <= start + k*step < L."""
+    lo = 0 if start >= 0 else (-start + step - 1) // step
+    hi = 0 if L - start <= 0 else (L - start + step - 1) // step
+    return lo, max(lo, min(hi, K))
+
+
+@kernel
+def _max_plane(x, y, n, c, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw):
+    """The same windows and rule as _max_window, with the tap ranges clipped once per
+    output instead of tested per tap."""
+    D, H, W = x.shape[2], x.shape[3], x.shape[4]
+    OD, OH, OW = y.shape[2], y.shape[3], y.shape[4]
+    xp = x[n, c]
+    yp = y[n, c]
+    for od in range(OD):
+        z0 = od * sd - pd
+        zl, zh = _taps(z0, dd, KD, D)
+        for oh in range(OH):
+            y0 = oh * sh - ph
+            yl, yh = _taps(y0, dh, KH, H)
+            for ow in range(OW):
+                x0 = ow * sw - pw
+                xl, xh = _taps(x0, dw, KW, W)
+                best = np.float32(-np.inf)
+                first = True
+                for kd in range(zl, zh):
+                    for kh in range(yl, yh):
+                        row = xp[z0 + kd * dd, y0 + kh * dh]
+                        for kw in range(xl, xh):
+                            v = row[x0 + kw * dw]
+                            if first or v > best or np.isnan(v):
+                                best = v
+                                first = False
+                yp[od, oh, ow] = best
+
+
+@parallel_kernel
+def pool_parallel(x, y, is_max, KD, KH, KW, sd, sh, sw, pd, ph, pw, ed, eh, ew, dd, dh, dw, count_include_pad):
+    """Parallel over the N*C planes."""
+    C = x.shape[1]
+    for p in prange(x.shape[0] * C):
+        n = p // C
+        if is_max:
+            _max_plane(x, y, n, p - n * C, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw)
+        else:
+            _pool_plane(x, y, n, p - n * C, False, KD, KH, KW, sd, sh, sw, pd, ph, pw, ed, eh, ew, dd, dh, dw,
+                        count_include_pad)
+
+
+@kernel
+def _max_backward_plane(x, dy, dx, n, c, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw):
+    """dx[n, c] = 0, then each window's dy goes to the element that won its forward max."""
+    H, W = x.shape[3], x.shape[4]
+    OD, OH, OW = dy.shape[2], dy.shape[3], dy.shape[4]
+    dx[n, c] = 0.0
+    for od in range(OD):
+        for oh in range(OH):
+            for ow in range(OW):
+                arg = _max_window(x, n, c, od * sd - pd, oh * sh - ph, ow * sw - pw, KD, KH, KW, dd, dh, dw)[1]
+                if arg >= 0:
+                    dx[n, c, arg // (H * W), (arg // W) % H, arg % W] += dy[n, c, od, oh, ow]
 
 
 @kernel
 def max_pool_backward_naive(x, dy, dx, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw):
-    """dx = 0, then each window's dy goes to the element that won its forward max."""
-    N, C, D, H, W = x.shape
-    OD, OH, OW = dy.shape[2], dy.shape[3], dy.shape[4]
-    dx[:] = 0.0
-    for n in range(N):
-        for c in range(C):
-            for od in range(OD):
-                for oh in range(OH):
-                    for ow in range(OW):
-                        arg = _max_window(x, n, c, od * sd - pd, oh * sh - ph, ow * sw - pw,
-                                          KD, KH, KW, dd, dh, dw)[1]
-                        if arg >= 0:
-                            iz = arg // (H * W)
-                            iy = (arg // W) % H
-                            ix = arg % W
-                            dx[n, c, iz, iy, ix] += dy[n, c, od, oh, ow]
+    for n in range(x.shape[0]):
+        for c in range(x.shape[1]):
+            _max_backward_plane(x, dy, dx, n, c, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw)
+
+
+@parallel_kernel
+def max_pool_backward_parallel(x, dy, dx, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw):
+    """Parallel over planes: a plane's gradient only lands in that plane."""
+    C = x.shape[1]
+    for p in prange(x.shape[0] * C):
+        n = p // C
+        _max_backward_plane(x, dy, dx, n, p - n * C, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw)

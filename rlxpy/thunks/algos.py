@@ -1,51 +1,190 @@
-"""Which kernel a record runs, decided at compile time from the Config and the geometry.
+"""Which kernel a record runs, decided at compile time from the Config, the geometry and the
+thread count, and how its work is tiled.
 
-Each chooser returns (algo, why); `why` says what was chosen and why the faster
-alternatives were not, so `explain()` can show it. Kernel names are in DESIGN.md; never
-reuse one for another kernel.
+Each chooser returns a Choice: the algo, why (what was chosen and why the faster
+alternatives were not, for `explain()`), the scratch bytes it needs and its tiling. Kernel
+names are listed in DESIGN.md; never reuse one for another kernel.
 """
 from __future__ import annotations
 
-from typing import Tuple
+from dataclasses import dataclass
+from math import ceil, prod
+from typing import List, Optional
 
 from ..cpu_kernels.config import Config
 
-# The im2col column buffer is planned into the arena; past this size a conv takes the
-# reference kernel instead of asking for gigabytes of scratch.
-IM2COL_CAP_BYTES = 2 << 30
+# Scratch (im2col columns, col2im columns, Winograd transforms) is planned into the arena;
+# past this size a conv takes the reference kernel instead of asking for gigabytes.
+SCRATCH_CAP_BYTES = 2 << 30
 
-Choice = Tuple[str, str]
+# A column tile of about this many bytes stays in L2 while its GEMM reads it.
+TILE_BYTES = 256 << 10
+
+
+@dataclass(frozen=True)
+class Choice:
+    algo: str
+    why: str
+    scratch: int = 0      # bytes
+    tile: int = 0
+    k_blocks: int = 1
+    aux: int = 0          # bytes of persistent per-arena data (Winograd's transformed weights)
+
 
 def reference(family: str, config: Config) -> Choice:
     if not config.fast_conv:
-        return "naive", "RLX_FAST_CONV=0: reference kernel"
-    return "naive", f"no fast {family} kernel yet: reference kernel"
+        return Choice("naive", "RLX_FAST_CONV=0: reference kernel")
+    return Choice("naive", f"no fast {family} kernel: reference kernel")
 
 
-def choose_simple(family: str, config: Config) -> Choice:
-    return reference(family, config)
+def parallel(family: str, config: Config, why: str = "parallel over the N*C planes") -> Choice:
+    if not config.fast_conv:
+        return reference(family, config)
+    return Choice("parallel", why)
 
 
-def choose_conv2d_1x1(g: dict, config: Config) -> Choice:
-    return reference("conv2d_1x1", config)
+def _capped(family: str, choice: Choice) -> Choice:
+    if choice.scratch <= SCRATCH_CAP_BYTES:
+        return choice
+    return Choice("naive", f"{choice.algo} would need {choice.scratch} bytes of scratch "
+                           f"(cap {SCRATCH_CAP_BYTES}): reference kernel")
 
 
-def choose_conv2d(g: dict, config: Config) -> Tuple[str, str, int]:
-    """(algo, why, scratch bytes)."""
-    return reference("conv2d", config) + (0,)
+def _split(items: int, threads: int, limit: int) -> int:
+    """How many blocks to cut each item into so that there is work for every thread."""
+    return max(1, min(limit, ceil(threads / items))) if items < threads else 1
 
 
-def choose_conv3d(g: dict, config: Config) -> Tuple[str, str, int]:
-    return reference("conv3d", config) + (0,)
+def _row_tiles(rows: int, row_len: int, ck: int, items_per_tile: int, threads: int) -> int:
+    """Output rows per column tile: about TILE_BYTES of columns, at least one row, and
+    enough tiles that every thread has one."""
+    cols = max(64, min(512, TILE_BYTES // (4 * ck)))
+    tile = max(1, min(rows, cols // row_len))
+    while tile > 1 and items_per_tile * ceil(rows / tile) < threads:
+        tile = ceil(tile / 2)
+    return tile
 
 
-def choose_conv_transpose(family: str, g: dict, config: Config) -> Tuple[str, str, int]:
-    return reference(family, config) + (0,)
+def _geometry(g: dict):
+    x, y = g["x_shape"], g["y_shape"]
+    cg = x[1] // g["groups"]
+    kg = y[1] // g["groups"]
+    return x, y, cg, kg, prod(g["kernel"])
 
 
-def choose_conv2d_backward_input(g: dict, config: Config) -> Tuple[str, str, int]:
-    return reference("conv2d_backward_input", config) + (0,)
+def im2col_choice(g: dict, threads: int, slots: int, why: str) -> Choice:
+    x, y, cg, kg, kk = _geometry(g)
+    n, groups = x[0], g["groups"]
+    rows, row_len = prod(y[2:-1]), y[-1]
+    ck = cg * kk
+    k_blocks = 1
+    if n * groups < threads and kg >= 32 * threads:   # big weights: split them, not the columns
+        k_blocks = _split(n * groups, threads, kg)
+    tile = _row_tiles(rows, row_len, ck, n * groups * k_blocks, threads)
+    return _capped("conv", Choice("im2col", why, slots * 4 * ck * tile * row_len, tile, k_blocks))
 
 
-def choose_conv2d_backward_weight(g: dict, config: Config) -> Tuple[str, str, int]:
-    return reference("conv2d_backward_weight", config) + (0,)
+def _winograd_block(c: int, k: int, tiles: int, threads: int) -> int:
+    block = max(16, min(256, (768 << 10) // (64 * (c + k))))
+    return max(1, min(block, ceil(tiles / threads)))
+
+
+def _not_taken(name: str, flag: str, requested: bool, reason: Optional[str]) -> str:
+    if not requested:
+        return f"{flag} off"
+    return f"{name} requested but {reason}"
+
+
+def winograd_reason(g: dict) -> Optional[str]:
+    """None when eligible: 3x3, stride 1, dilation 1, groups 1."""
+    if tuple(g["kernel"]) != (3, 3):
+        return f"kernel {tuple(g['kernel'])}"
+    if tuple(g["stride"]) != (1, 1):
+        return f"stride {tuple(g['stride'])}"
+    if tuple(g["dilation"]) != (1, 1):
+        return f"dilation {tuple(g['dilation'])}"
+    if g["groups"] != 1:
+        return f"groups {g['groups']}"
+    return None
+
+
+def direct_reason(g: dict) -> Optional[str]:
+    if any(s != 1 for s in g["stride"]):
+        return f"stride {tuple(g['stride'])}"
+    if any(d != 1 for d in g["dilation"]):
+        return f"dilation {tuple(g['dilation'])}"
+    return None
+
+
+def is_depthwise(g: dict) -> bool:
+    return g["groups"] > 1 and g["x_shape"][1] == g["groups"] == g["y_shape"][1]
+
+
+def choose_conv2d(g: dict, config: Config, threads: int, slots: int) -> Choice:
+    """Precedence: Winograd (RLX_WINOGRAD), direct (RLX_DIRECT_CONV), depthwise, im2col+GEMM,
+    and the reference kernel when the im2col scratch would pass its cap."""
+    if not config.fast_conv:
+        return reference("conv2d", config)
+    x, y, c, k, _ = _geometry(g)
+    passed: List[str] = []
+    wino = winograd_reason(g)
+    if config.winograd and wino is None:
+        tiles = x[0] * ceil(y[2] / 2) * ceil(y[3] / 2)
+        block = _winograd_block(c, k, tiles, threads)
+        k_blocks = _split(ceil(tiles / block), threads, max(1, k // 32))
+        kb = ceil(k / k_blocks)
+        return _capped("conv2d", Choice("winograd", "RLX_WINOGRAD on: 3x3, stride 1, dilation 1, groups 1",
+                                        slots * 4 * 16 * block * (c + kb), block, k_blocks,
+                                        aux=64 + 4 * 16 * k * c))
+    passed.append(_not_taken("winograd", "RLX_WINOGRAD", config.winograd, wino))
+    direct = direct_reason(g)
+    if config.direct_conv and direct is None:
+        return Choice("direct", "RLX_DIRECT_CONV on: stride 1, dilation 1; " + "; ".join(passed))
+    passed.append(_not_taken("direct", "RLX_DIRECT_CONV", config.direct_conv, direct))
+    if is_depthwise(g):
+        return Choice("depthwise", "groups == C_in == C_out: per-channel kernel; " + "; ".join(passed))
+    return im2col_choice(g, threads, slots, "im2col+GEMM; " + "; ".join(passed))
+
+
+def choose_conv2d_1x1(g: dict, config: Config, threads: int) -> Choice:
+    if not config.fast_conv:
+        return reference("conv2d_1x1", config)
+    n, p = g["x_shape"][0], g["x_shape"][2] * g["x_shape"][3]
+    tile = min(p, 1024)
+    while tile > 64 and n * ceil(p / tile) < threads:
+        tile = ceil(tile / 2)
+    return Choice("gemm1x1", "1x1, stride 1, unpadded, groups 1: one GEMM per image", tile=tile)
+
+
+def choose_conv3d(g: dict, config: Config, threads: int, slots: int) -> Choice:
+    if not config.fast_conv:
+        return reference("conv3d", config)
+    return im2col_choice(g, threads, slots, "im2col+GEMM")
+
+
+def choose_col2im(family: str, g: dict, config: Config, threads: int, slots: int, transposed_in: bool) -> Choice:
+    """Transposed convs and conv input gradients: GEMM into columns + col2im. For a
+    transposed conv the record's x is its input; for an input gradient the GEMM reads dy."""
+    if not config.fast_conv:
+        return reference(family, config)
+    x, y, cg, kg, kk = _geometry(g)
+    n, groups = x[0], g["groups"]
+    if transposed_in:       # ConvTranspose: reads x [N, C_in, ...], writes y
+        pin, out_per_group = prod(x[2:]), kg
+    else:                   # backward input: reads dy (= y), writes dx (= x)
+        pin, out_per_group = prod(y[2:]), cg
+    k_blocks = _split(n * groups, threads, out_per_group)
+    kb = ceil(out_per_group / k_blocks)
+    return _capped(family, Choice("col2im", "GEMM into columns + col2im", slots * 4 * kb * kk * pin,
+                                  k_blocks=k_blocks))
+
+
+def choose_conv2d_backward_weight(g: dict, config: Config, threads: int, slots: int) -> Choice:
+    if not config.fast_conv:
+        return reference("conv2d_backward_weight", config)
+    x, y, cg, kg, kk = _geometry(g)
+    ck = cg * kk
+    tile = _row_tiles(y[2], y[3], ck, x[0] * g["groups"], threads)
+    scratch = slots * 4 * (y[1] * ck + ck * tile * y[3])
+    return _capped("conv2d_backward_weight", Choice("im2col", "im2col + GEMM accumulated per worker",
+                                                    scratch, tile))

@@ -6,7 +6,8 @@ from typing import Callable, Dict, Tuple, Type
 
 import numpy as np
 
-from ..cpu_kernels import backward, conv3d, conv_transpose, im2col, pool, resize
+from ..cpu_kernels import backward, conv2d, conv3d, conv_transpose, gemm, im2col, pool, resize
+from ..cpu_kernels.config import Config
 from . import records as R
 from .arena import view
 
@@ -22,6 +23,12 @@ def runs(record_type, algo: str):
         EXEC[key] = fn
         return fn
     return deco
+
+
+def threads(config: Config) -> int:
+    """Sets numba's pool to RLX_NUM_THREADS (default: all cores) and BLAS to one thread per
+    caller, for the calling thread; returns the worker count kernels are planned for."""
+    return gemm.configure_threads(config.num_threads)
 
 
 def resolve(rec: R.Record) -> Callable:
@@ -117,3 +124,112 @@ def im2col_reference(rec, arena):
 def resize_nearest2x_reference(rec, arena):
     N, C, H, W = rec.x_shape
     resize.resize_nearest2x_naive(view(arena, rec.x_off, rec.x_shape), view(arena, rec.y_off, (N, C, 2 * H, 2 * W)))
+
+
+# --- fast kernels ----------------------------------------------------------------------
+
+def scratch_of(rec, arena) -> np.ndarray:
+    return view(arena, rec.scratch_off, (rec.scratch_bytes // 4,))
+
+
+@runs(R.Conv2D, "im2col")
+@runs(R.Conv3d, "im2col")
+def conv_im2col(rec, arena):
+    K, Cg = rec.y_shape[1], rec.x_shape[1] // rec.groups
+    conv3d.conv_im2col(view(arena, rec.x_off, as5d(rec.x_shape)), view(arena, rec.w_off, weight5d(rec, K, Cg)),
+                       bias_of(rec, arena), view(arena, rec.y_off, as5d(rec.y_shape)), *conv_args(rec),
+                       scratch_of(rec, arena), rec.tile, rec.k_blocks)
+
+
+@runs(R.Conv2D1x1, "gemm1x1")
+def conv_gemm1x1(rec, arena):
+    K, C = rec.y_shape[1], rec.x_shape[1]
+    conv2d.conv2d_gemm1x1(view(arena, rec.x_off, rec.x_shape), view(arena, rec.w_off, (K, C)),
+                          bias_of(rec, arena), view(arena, rec.y_off, rec.y_shape), rec.tile)
+
+
+def _conv2d_io(rec, arena):
+    K, Cg = rec.y_shape[1], rec.x_shape[1] // rec.groups
+    return (view(arena, rec.x_off, rec.x_shape), view(arena, rec.w_off, (K, Cg) + tuple(rec.kernel)),
+            bias_of(rec, arena), view(arena, rec.y_off, rec.y_shape))
+
+
+@runs(R.Conv2D, "direct")
+def conv_direct(rec, arena):
+    conv2d.conv2d_direct(*_conv2d_io(rec, arena), *rec.pad_begin, rec.groups)
+
+
+@runs(R.Conv2D, "depthwise")
+def conv_depthwise(rec, arena):
+    conv2d.conv2d_depthwise(*_conv2d_io(rec, arena), *rec.stride, *rec.pad_begin, *rec.dilation)
+
+
+@runs(R.Conv2D, "winograd")
+def conv_winograd(rec, arena):
+    x, w, b, y = _conv2d_io(rec, arena)
+    K, C = w.shape[0], w.shape[1]
+    aux = view(arena, rec.aux_off, (rec.aux_bytes // 4,))
+    u = aux[16:].reshape(16, K, C)
+    # aux[0] marks a param's transform as done in this arena (arenas start with it zeroed)
+    if not (rec.weight_const and aux[0] == 1.0):
+        conv2d.winograd_filter_transform(w, u)
+        aux[0] = 1.0
+    conv2d.conv2d_winograd(x, u, b, y, *rec.pad_begin, scratch_of(rec, arena), rec.tile, rec.k_blocks)
+
+
+@runs(R.ConvTranspose2d, "col2im")
+@runs(R.ConvTranspose3d, "col2im")
+def conv_transpose_col2im(rec, arena):
+    C, Kg = rec.x_shape[1], rec.y_shape[1] // rec.groups
+    conv_transpose.conv_transpose_col2im(
+        view(arena, rec.x_off, as5d(rec.x_shape)), view(arena, rec.w_off, weight5d(rec, C, Kg)),
+        bias_of(rec, arena), view(arena, rec.y_off, as5d(rec.y_shape)), *conv_args(rec),
+        scratch_of(rec, arena), rec.k_blocks)
+
+
+@runs(R.Conv2dBackwardInput, "col2im")
+def conv2d_backward_input_col2im(rec, arena):
+    K, Cg = rec.y_shape[1], rec.x_shape[1] // rec.groups
+    conv_transpose.conv_transpose_col2im(
+        view(arena, rec.dy_off, as5d(rec.y_shape)), view(arena, rec.w_off, weight5d(rec, K, Cg)), NO_BIAS,
+        view(arena, rec.dx_off, as5d(rec.x_shape)), *conv_args(rec), scratch_of(rec, arena), rec.k_blocks)
+
+
+@runs(R.Conv2dBackwardWeight, "im2col")
+def conv2d_backward_weight_im2col(rec, arena):
+    K, Cg = rec.y_shape[1], rec.x_shape[1] // rec.groups
+    backward.conv2d_backward_weight_im2col(
+        view(arena, rec.x_off, rec.x_shape), view(arena, rec.dy_off, rec.y_shape),
+        view(arena, rec.dw_off, (K, Cg) + tuple(rec.kernel)), *rec.stride, *rec.pad_begin, *rec.dilation,
+        rec.groups, scratch_of(rec, arena), rec.tile)
+
+
+@runs(R.Pool2D, "parallel")
+@runs(R.Pool3D, "parallel")
+def pool_parallel(rec, arena):
+    pool.pool_parallel(view(arena, rec.x_off, as5d(rec.x_shape)), view(arena, rec.y_off, as5d(rec.y_shape)),
+                       rec.kind == "max", *pad3(rec.kernel, 1), *pad3(rec.stride, 1), *pad3(rec.pad_begin, 0),
+                       *pad3(rec.pad_end, 0), *pad3(rec.dilation, 1), rec.count_include_pad)
+
+
+@runs(R.MaxPool2dBackward, "parallel")
+def max_pool2d_backward_parallel(rec, arena):
+    pool.max_pool_backward_parallel(
+        view(arena, rec.x_off, as5d(rec.x_shape)), view(arena, rec.dy_off, as5d(rec.y_shape)),
+        view(arena, rec.dx_off, as5d(rec.x_shape)), *pad3(rec.kernel, 1), *pad3(rec.stride, 1),
+        *pad3(rec.pad_begin, 0), *pad3(rec.dilation, 1))
+
+
+@runs(R.Im2Col, "parallel")
+def im2col_parallel(rec, arena):
+    N, C = rec.x_shape[:2]
+    rows = (N * rec.out_hw[0] * rec.out_hw[1], C * rec.kernel[0] * rec.kernel[1])
+    im2col.im2col_rows_parallel(view(arena, rec.x_off, rec.x_shape), view(arena, rec.y_off, rows), *rec.out_hw,
+                                *rec.kernel, *rec.stride, *rec.pad_begin, *rec.dilation)
+
+
+@runs(R.ResizeNearest2x, "parallel")
+def resize_nearest2x_parallel(rec, arena):
+    N, C, H, W = rec.x_shape
+    resize.resize_nearest2x_parallel(view(arena, rec.x_off, rec.x_shape),
+                                     view(arena, rec.y_off, (N, C, 2 * H, 2 * W)))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from typing import Callable, Dict, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 
@@ -18,14 +18,17 @@ from .records import Record
 
 class Executable:
     def __init__(self, graph: Graph, config: Optional[Config] = None, plan_memory: bool = True,
-                 resolve: Optional[Callable[[Record], Callable]] = None):
+                 backend=None):
+        """backend: a module or object with resolve(record) -> callable(record, arena) and
+        threads(config) -> the worker count (set up for the calling thread); default: the CPU."""
         if not graph.outputs:
             raise ValueError("the graph has no outputs: mark at least one value with g.output(name, value)")
-        if resolve is None:
-            from .cpu_dispatch import resolve
+        if backend is None:
+            from . import cpu_dispatch as backend
         self.config = Config.from_env() if config is None else config
         self.plan_memory = plan_memory
-        self._resolve = resolve
+        self._backend = backend
+        self.threads = backend.threads(self.config)
         # A snapshot: nodes added to the graph later do not change this executable.
         self._nodes = tuple(graph.nodes)
         self._params = dict(graph.params)
@@ -43,8 +46,9 @@ class Executable:
         with self._lock:
             hit = self._plans.get(key)
         if hit is None:
-            plan = build_plan(self._nodes, self._params, self._outputs, shapes, self.config, self.plan_memory)
-            calls = tuple((self._resolve(t), t) for t in plan.thunks)
+            plan = build_plan(self._nodes, self._params, self._outputs, shapes, self.config, self.plan_memory,
+                              self.threads)
+            calls = tuple((self._backend.resolve(t), t) for t in plan.thunks)
             with self._lock:
                 hit = self._plans.setdefault(key, (plan, calls))
         self._last = hit[0]
@@ -110,6 +114,7 @@ class Executable:
     def run(self, inputs) -> Dict[str, np.ndarray]:
         """Outputs are fresh float32 arrays; a failed run leaves the executable usable."""
         plan, calls = self._plan_for(self.check_inputs(inputs))
+        self._backend.threads(self.config)   # numba's pool size is per calling thread
         arena = plan.pool.acquire()
         try:
             for name, (off, shape) in plan.inputs.items():

@@ -23,8 +23,9 @@ class ArenaPool:
     """Arenas of one plan. A run takes one for itself, so two threads never share bytes;
     params are copied into an arena once, when it is made."""
 
-    def __init__(self, nbytes: int, params: Tuple[Tuple[int, np.ndarray], ...]):
-        self.nbytes, self.params = nbytes, params
+    def __init__(self, nbytes: int, params: Tuple[Tuple[int, np.ndarray], ...],
+                 zeroed: Tuple[Tuple[int, int], ...] = ()):
+        self.nbytes, self.params, self.zeroed = nbytes, params, zeroed
         self._free: List[np.ndarray] = []
         self._lock = threading.Lock()
 
@@ -35,6 +36,8 @@ class ArenaPool:
         arena = A.new_arena(self.nbytes)
         for off, arr in self.params:
             A.view(arena, off, arr.shape)[...] = arr
+        for off, nbytes in self.zeroed:   # persistent kernel data starts "not computed yet"
+            A.view(arena, off, (nbytes // 4,))[...] = 0.0
         return arena
 
     def release(self, arena: np.ndarray) -> None:
@@ -79,25 +82,28 @@ def infer_concrete(nodes, params, input_shapes, order) -> Dict[int, Tuple[int, .
 
 
 def build_plan(nodes, params, outputs: Dict[str, int], input_shapes, config: Config,
-               plan_memory: bool = True) -> Plan:
+               plan_memory: bool = True, threads: int = 1) -> Plan:
     order = needed_nodes(nodes, outputs.values())
     shapes = infer_concrete(nodes, params, input_shapes, order)
-    ctx = LowerCtx(shapes, config, first_scratch_id=len(nodes))
+    ctx = LowerCtx(shapes, config, first_scratch_id=len(nodes), threads=threads, params=frozenset(params))
     records: List[Record] = []
     produced_at: Dict[int, int] = {}
     last_read: Dict[int, int] = {}
     scratch: List[A.Buffer] = []
+    persistent: List[Tuple[int, int]] = []
     for i in order:
         node = nodes[i]
         if node.op in SOURCES:
             continue
         t = len(records)
-        ctx.scratch_requests = []
+        ctx.scratch_requests, ctx.persistent_requests = [], []
         records.append(lookup(node.op)(node, ctx))
         produced_at[i] = t
         for v in node.inputs:
             last_read[v] = t
         scratch += [A.Buffer(sid, nb, t, t) for sid, nb in ctx.scratch_requests]
+        scratch += [A.Buffer(sid, nb, -1, _FOREVER) for sid, nb in ctx.persistent_requests]
+        persistent += ctx.persistent_requests
     pinned = set(outputs.values()) | {i for i in order if nodes[i].op in SOURCES}
     buffers = [A.Buffer(i, 4 * numel(shapes[i]), -1 if i in pinned else produced_at[i],
                         _FOREVER if i in pinned else last_read.get(i, produced_at[i]))
@@ -115,4 +121,4 @@ def build_plan(nodes, params, outputs: Dict[str, int], input_shapes, config: Con
         outputs={name: (offsets[v], shapes[v]) for name, v in outputs.items()},
         shapes=shapes, value_offsets={k: v for k, v in offsets.items() if k >= 0},
         sum_value_bytes=sum(A.align(max(b.nbytes, 1)) for b in buffers),
-        pool=ArenaPool(total, param_slots))
+        pool=ArenaPool(total, param_slots, tuple((offsets[sid], nb) for sid, nb in persistent)))

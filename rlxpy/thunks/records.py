@@ -41,6 +41,11 @@ class Conv2D(ConvGeometry):
     y_off: int
     scratch_off: int
     scratch_bytes: int
+    tile: int          # im2col: output rows per tile; winograd: 2x2 tiles per block
+    k_blocks: int      # output-channel blocks per work item (fills the cores on small images)
+    aux_off: int       # winograd: transformed weights (16 floats of header, then U [16, K, C])
+    aux_bytes: int
+    weight_const: bool  # the weight is a param: its transform is computed once per arena
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +55,7 @@ class Conv2D1x1(ConvGeometry):
     w_off: int
     b_off: int
     y_off: int
+    tile: int          # output columns per GEMM tile
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +66,8 @@ class Conv3d(ConvGeometry):
     y_off: int
     scratch_off: int
     scratch_bytes: int
+    tile: int
+    k_blocks: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +79,7 @@ class ConvTranspose2d(ConvGeometry):
     y_off: int
     scratch_off: int
     scratch_bytes: int
+    k_blocks: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +90,7 @@ class ConvTranspose3d(ConvGeometry):
     y_off: int
     scratch_off: int
     scratch_bytes: int
+    k_blocks: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +101,7 @@ class Conv2dBackwardInput(ConvGeometry):
     dx_off: int
     scratch_off: int
     scratch_bytes: int
+    k_blocks: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +112,7 @@ class Conv2dBackwardWeight(ConvGeometry):
     dw_off: int
     scratch_off: int
     scratch_bytes: int
+    tile: int
 
 
 @dataclass(frozen=True, slots=True)
