@@ -6,7 +6,7 @@ from numba import prange
 
 from .conv3d import fill_bias
 from .gemm import sgemm
-from .jit import kernel, parallel_kernel
+from .jit import kernel, parallel_kernel, u
 
 
 @parallel_kernel
@@ -36,23 +36,26 @@ def conv2d_direct(x, w, b, y, ph, pw, groups):
     K, Cg, KH, KW = w.shape
     OH, OW = y.shape[2], y.shape[3]
     Kg = K // groups
+    xf, yf, wf = x.reshape(x.size), y.reshape(y.size), w.reshape(w.size)
     for it in prange(N * K):
         n = it // K
         k = it - n * K
         c0 = (k // Kg) * Cg
-        y[n, k] = b[k] if b.size > 0 else np.float32(0.0)
+        yo = it * OH * OW
+        bias = b[k] if b.size > 0 else np.float32(0.0)
+        for i in range(OH * OW):
+            yf[u(yo + i)] = bias
         for c in range(Cg):
+            xo = (n * C + c0 + c) * H * W
             for kh in range(KH):
-                oh_lo, oh_hi = max(0, ph - kh), min(OH, H + ph - kh)
                 for kw in range(KW):
-                    wv = w[k, c, kh, kw]
+                    wv = wf[u(((k * Cg + c) * KH + kh) * KW + kw)]
                     ow_lo, ow_hi = max(0, pw - kw), min(OW, W + pw - kw)
-                    shift = kw - pw
-                    for oh in range(oh_lo, oh_hi):
-                        xrow = x[n, c0 + c, oh - ph + kh]
-                        yrow = y[n, k, oh]
+                    for oh in range(max(0, ph - kh), min(OH, H + ph - kh)):
+                        yrow = yo + oh * OW
+                        xrow = xo + (oh - ph + kh) * W + kw - pw      # + ow >= 0 for ow >= ow_lo
                         for ow in range(ow_lo, ow_hi):
-                            yrow[ow] += wv * xrow[ow + shift]
+                            yf[u(yrow + ow)] += wv * xf[u(xrow + ow)]
 
 
 @kernel
@@ -72,25 +75,28 @@ def conv2d_depthwise(x, w, b, y, sh, sw, ph, pw, dh, dw):
     N, C, H, W = x.shape
     KH, KW = w.shape[2], w.shape[3]
     OH, OW = y.shape[2], y.shape[3]
+    xf, yf, wf = x.reshape(x.size), y.reshape(y.size), w.reshape(w.size)
     for it in prange(N * C):
-        n = it // C
-        c = it - n * C
-        y[n, c] = b[c] if b.size > 0 else np.float32(0.0)
+        c = it % C
+        xo, yo = it * H * W, it * OH * OW
+        bias = b[c] if b.size > 0 else np.float32(0.0)
+        for i in range(OH * OW):
+            yf[u(yo + i)] = bias
         for kh in range(KH):
             oh_lo, oh_hi = _axis_range(OH, H, kh * dh - ph, sh)
             for kw in range(KW):
-                wv = w[c, 0, kh, kw]
+                wv = wf[u((c * KH + kh) * KW + kw)]
                 start = kw * dw - pw
                 ow_lo, ow_hi = _axis_range(OW, W, start, sw)
                 for oh in range(oh_lo, oh_hi):
-                    xrow = x[n, c, oh * sh - ph + kh * dh]
-                    yrow = y[n, c, oh]
+                    yrow = yo + oh * OW
+                    xrow = xo + (oh * sh - ph + kh * dh) * W + start   # + ow*sw >= 0 for ow >= ow_lo
                     if sw == 1:
                         for ow in range(ow_lo, ow_hi):
-                            yrow[ow] += wv * xrow[ow + start]
+                            yf[u(yrow + ow)] += wv * xf[u(xrow + ow)]
                     else:
                         for ow in range(ow_lo, ow_hi):
-                            yrow[ow] += wv * xrow[ow * sw + start]
+                            yf[u(yrow + ow)] += wv * xf[u(xrow + ow * sw)]
 
 
 # --- Winograd F(2x2, 3x3) ------------------------------------------------------------
@@ -102,42 +108,42 @@ def conv2d_depthwise(x, w, b, y, sh, sw, ph, pw, dh, dw):
 
 
 @parallel_kernel
-def winograd_filter_transform(w, u):
-    """w [K, C, 3, 3] -> u [16, K, C]."""
+def winograd_filter_transform(w, U):
+    """w [K, C, 3, 3] -> U [16, K, C]."""
     K, C = w.shape[0], w.shape[1]
     for k in prange(K):
         for c in range(C):
-            g = w[k, c]
             for i in range(4):
                 # row i of G g, then times G^T
                 if i == 0:
-                    a0, a1, a2 = g[0, 0], g[0, 1], g[0, 2]
+                    a0, a1, a2 = w[k, c, 0, 0], w[k, c, 0, 1], w[k, c, 0, 2]
                 elif i == 3:
-                    a0, a1, a2 = g[2, 0], g[2, 1], g[2, 2]
+                    a0, a1, a2 = w[k, c, 2, 0], w[k, c, 2, 1], w[k, c, 2, 2]
                 else:
-                    sgn = 1.0 if i == 1 else -1.0
-                    a0 = 0.5 * (g[0, 0] + sgn * g[1, 0] + g[2, 0])
-                    a1 = 0.5 * (g[0, 1] + sgn * g[1, 1] + g[2, 1])
-                    a2 = 0.5 * (g[0, 2] + sgn * g[1, 2] + g[2, 2])
-                u[4 * i + 0, k, c] = a0
-                u[4 * i + 1, k, c] = 0.5 * (a0 + a1 + a2)
-                u[4 * i + 2, k, c] = 0.5 * (a0 - a1 + a2)
-                u[4 * i + 3, k, c] = a2
+                    sgn = np.float32(1.0 if i == 1 else -1.0)
+                    a0 = np.float32(0.5) * (w[k, c, 0, 0] + sgn * w[k, c, 1, 0] + w[k, c, 2, 0])
+                    a1 = np.float32(0.5) * (w[k, c, 0, 1] + sgn * w[k, c, 1, 1] + w[k, c, 2, 1])
+                    a2 = np.float32(0.5) * (w[k, c, 0, 2] + sgn * w[k, c, 1, 2] + w[k, c, 2, 2])
+                U[4 * i + 0, k, c] = a0
+                U[4 * i + 1, k, c] = 0.5 * (a0 + a1 + a2)
+                U[4 * i + 2, k, c] = 0.5 * (a0 - a1 + a2)
+                U[4 * i + 3, k, c] = a2
 
 
 @kernel
-def _row4(xc, iy, ix0, H, W):
-    """Four inputs of row iy from column ix0, zero outside the image (the padding)."""
+def _row4(xf, plane, iy, ix0, H, W):
+    """Four inputs of row iy from column ix0 of the plane at flat offset `plane`, zero outside
+    the image (the padding)."""
+    z = np.float32(0.0)
     if iy < 0 or iy >= H:
-        z = np.float32(0.0)
         return z, z, z, z
-    r = xc[iy]
+    o = plane + iy * W + ix0
     if ix0 >= 0 and ix0 + 4 <= W:
-        return r[ix0], r[ix0 + 1], r[ix0 + 2], r[ix0 + 3]
-    v0 = r[ix0] if 0 <= ix0 < W else np.float32(0.0)
-    v1 = r[ix0 + 1] if 0 <= ix0 + 1 < W else np.float32(0.0)
-    v2 = r[ix0 + 2] if 0 <= ix0 + 2 < W else np.float32(0.0)
-    v3 = r[ix0 + 3] if 0 <= ix0 + 3 < W else np.float32(0.0)
+        return xf[u(o)], xf[u(o + 1)], xf[u(o + 2)], xf[u(o + 3)]
+    v0 = xf[u(o)] if 0 <= ix0 < W else z
+    v1 = xf[u(o + 1)] if 0 <= ix0 + 1 < W else z
+    v2 = xf[u(o + 2)] if 0 <= ix0 + 2 < W else z
+    v3 = xf[u(o + 3)] if 0 <= ix0 + 3 < W else z
     return v0, v1, v2, v3
 
 
@@ -148,34 +154,55 @@ def _bt4(a, b, c, d):
 
 
 @kernel
-def winograd_input_tile(xc, iy0, ix0, H, W, V, ci, j):
-    d0 = _row4(xc, iy0, ix0, H, W)
-    d1 = _row4(xc, iy0 + 1, ix0, H, W)
-    d2 = _row4(xc, iy0 + 2, ix0, H, W)
-    d3 = _row4(xc, iy0 + 3, ix0, H, W)
-    for col in range(4):  # B^T d: combine rows, one column at a time
-        t0, t1, t2, t3 = _bt4(d0[col], d1[col], d2[col], d3[col])
-        V[col, ci, j] = t0
-        V[4 + col, ci, j] = t1
-        V[8 + col, ci, j] = t2
-        V[12 + col, ci, j] = t3
-    for row in range(4):  # (B^T d) B: combine the columns of each row in place
-        v0, v1, v2, v3 = _bt4(V[4 * row, ci, j], V[4 * row + 1, ci, j], V[4 * row + 2, ci, j], V[4 * row + 3, ci, j])
-        V[4 * row, ci, j] = v0
-        V[4 * row + 1, ci, j] = v1
-        V[4 * row + 2, ci, j] = v2
-        V[4 * row + 3, ci, j] = v3
+def winograd_input_tile(xf, plane, iy0, ix0, H, W, Vf, e_stride, at):
+    """V[e, ci, j] = (B^T d B)[e] for the 4x4 input patch d at (iy0, ix0); Vf is V flat,
+    `at` is ci*B + j and e_stride is C*B."""
+    d0 = _row4(xf, plane, iy0, ix0, H, W)
+    d1 = _row4(xf, plane, iy0 + 1, ix0, H, W)
+    d2 = _row4(xf, plane, iy0 + 2, ix0, H, W)
+    d3 = _row4(xf, plane, iy0 + 3, ix0, H, W)
+    t0 = _bt4(d0[0], d1[0], d2[0], d3[0])   # B^T d, column by column
+    t1 = _bt4(d0[1], d1[1], d2[1], d3[1])
+    t2 = _bt4(d0[2], d1[2], d2[2], d3[2])
+    t3 = _bt4(d0[3], d1[3], d2[3], d3[3])
+    for row in range(4):                    # then times B, row by row
+        v = _bt4(t0[row], t1[row], t2[row], t3[row])
+        for col in range(4):
+            Vf[u((4 * row + col) * e_stride + at)] = v[col]
+
+
+@kernel
+def _input_tile_interior(xf, o, W, Vf, es, at):
+    """winograd_input_tile for a patch wholly inside the image (o: flat offset of its top-left):
+    no bounds tests, so the 16 loads and 16 stores are straight-line code."""
+    a0, a1, a2, a3 = xf[u(o)], xf[u(o + 1)], xf[u(o + 2)], xf[u(o + 3)]
+    o += W
+    b0, b1, b2, b3 = xf[u(o)], xf[u(o + 1)], xf[u(o + 2)], xf[u(o + 3)]
+    o += W
+    c0, c1, c2, c3 = xf[u(o)], xf[u(o + 1)], xf[u(o + 2)], xf[u(o + 3)]
+    o += W
+    d0, d1, d2, d3 = xf[u(o)], xf[u(o + 1)], xf[u(o + 2)], xf[u(o + 3)]
+    # B^T d: rows (a - c, b + c, c - b, b - d)
+    p0, p1, p2, p3 = a0 - c0, a1 - c1, a2 - c2, a3 - c3
+    q0, q1, q2, q3 = b0 + c0, b1 + c1, b2 + c2, b3 + c3
+    r0, r1, r2, r3 = c0 - b0, c1 - b1, c2 - b2, c3 - b3
+    s0, s1, s2, s3 = b0 - d0, b1 - d1, b2 - d2, b3 - d3
+    # ... times B: the same combination along each row
+    Vf[u(at)], Vf[u(es + at)], Vf[u(2 * es + at)], Vf[u(3 * es + at)] = p0 - p2, p1 + p2, p2 - p1, p1 - p3
+    Vf[u(4 * es + at)], Vf[u(5 * es + at)], Vf[u(6 * es + at)], Vf[u(7 * es + at)] = q0 - q2, q1 + q2, q2 - q1, q1 - q3
+    Vf[u(8 * es + at)], Vf[u(9 * es + at)], Vf[u(10 * es + at)], Vf[u(11 * es + at)] = r0 - r2, r1 + r2, r2 - r1, r1 - r3
+    Vf[u(12 * es + at)], Vf[u(13 * es + at)], Vf[u(14 * es + at)], Vf[u(15 * es + at)] = s0 - s2, s1 + s2, s2 - s1, s1 - s3
 
 
 @parallel_kernel
-def conv2d_winograd(x, u, b, y, ph, pw, scratch, block, k_blocks):
+def conv2d_winograd(x, U, b, y, ph, pw, scratch, block, k_blocks):
     """3x3, stride 1, dilation 1, groups 1. Tiles of 2x2 outputs (odd sizes: the last tile is
     clipped); padding is read as zeros by the input transform, so no padded copy of x.
     Work items are (block of tiles, block of output channels); each worker transforms its
     tiles into V [16, C, B] in its scratch slot, runs 16 GEMMs M[e] = U[e] @ V[e], and
     transforms M back into y."""
     N, C, H, W = x.shape
-    K = u.shape[1]
+    K = U.shape[1]
     OH, OW = y.shape[2], y.shape[3]
     TH, TW = (OH + 1) // 2, (OW + 1) // 2
     TT = TH * TW
@@ -183,6 +210,7 @@ def conv2d_winograd(x, u, b, y, ph, pw, scratch, block, k_blocks):
     nblocks = (P + block - 1) // block
     kb = (K + k_blocks - 1) // k_blocks
     slot = 16 * block * (C + kb)
+    xf, yf = x.reshape(x.size), y.reshape(y.size)
     for it in prange(nblocks * k_blocks):
         bi = it // k_blocks
         k0 = (it - bi * k_blocks) * kb
@@ -193,18 +221,32 @@ def conv2d_winograd(x, u, b, y, ph, pw, scratch, block, k_blocks):
         p0 = bi * block
         B = min(P, p0 + block) - p0
         base = numba.get_thread_id() * slot
-        V = scratch[base:base + 16 * C * B].reshape(16, C, B)
+        V = scratch[base:base + 16 * C * B]
         M = scratch[base + 16 * C * block:base + 16 * C * block + 16 * KB * B].reshape(16, KB, B)
         for ci in range(C):
-            for j in range(B):
+            j = 0
+            while j < B:  # one run of tiles of the same tile row at a time
                 p = p0 + j
                 n = p // TT
                 t = p - n * TT
                 th = t // TW
-                winograd_input_tile(x[n, ci], 2 * th - ph, 2 * (t - th * TW) - pw, H, W, V, ci, j)
+                tw0 = t - th * TW
+                run = min(B - j, TW - tw0)
+                plane = (n * C + ci) * H * W
+                iy0 = 2 * th - ph
+                inside_rows = iy0 >= 0 and iy0 + 4 <= H
+                for r in range(run):
+                    ix0 = 2 * (tw0 + r) - pw
+                    if inside_rows and ix0 >= 0 and ix0 + 4 <= W:
+                        _input_tile_interior(xf, plane + iy0 * W + ix0, W, V, C * B, ci * B + j + r)
+                    else:
+                        winograd_input_tile(xf, plane, iy0, ix0, H, W, V, C * B, ci * B + j + r)
+                j += run
         for e in range(16):
-            sgemm(False, False, KB, B, C, u.ctypes.data + 4 * (e * K + k0) * C, C,
+            sgemm(False, False, KB, B, C, U.ctypes.data + 4 * (e * K + k0) * C, C,
                   V.ctypes.data + 4 * e * C * B, B, False, M.ctypes.data + 4 * e * KB * B, B)
+        Mf = M.reshape(16 * KB * B)
+        es = KB * B     # M[e, kk, j] = Mf[e*es + kk*B + j]
         for kk in range(KB):
             k = k0 + kk
             bias = b[k] if b.size > 0 else np.float32(0.0)
@@ -214,16 +256,22 @@ def conv2d_winograd(x, u, b, y, ph, pw, scratch, block, k_blocks):
                 t = p - n * TT
                 th = t // TW
                 tw = t - th * TW
-                # A^T m: rows 0+1+2 and 1-2-3, then the same on columns
-                r0 = (M[0, kk, j] + M[4, kk, j] + M[8, kk, j], M[1, kk, j] + M[5, kk, j] + M[9, kk, j],
-                      M[2, kk, j] + M[6, kk, j] + M[10, kk, j], M[3, kk, j] + M[7, kk, j] + M[11, kk, j])
-                r1 = (M[4, kk, j] - M[8, kk, j] - M[12, kk, j], M[5, kk, j] - M[9, kk, j] - M[13, kk, j],
-                      M[6, kk, j] - M[10, kk, j] - M[14, kk, j], M[7, kk, j] - M[11, kk, j] - M[15, kk, j])
+                m = kk * B + j
+                # A^T m: rows 0+1+2 and 1-2-3 (e = 4*row + col), then the same on columns
+                r0 = (Mf[u(m)] + Mf[u(m + 4 * es)] + Mf[u(m + 8 * es)],
+                      Mf[u(m + es)] + Mf[u(m + 5 * es)] + Mf[u(m + 9 * es)],
+                      Mf[u(m + 2 * es)] + Mf[u(m + 6 * es)] + Mf[u(m + 10 * es)],
+                      Mf[u(m + 3 * es)] + Mf[u(m + 7 * es)] + Mf[u(m + 11 * es)])
+                r1 = (Mf[u(m + 4 * es)] - Mf[u(m + 8 * es)] - Mf[u(m + 12 * es)],
+                      Mf[u(m + 5 * es)] - Mf[u(m + 9 * es)] - Mf[u(m + 13 * es)],
+                      Mf[u(m + 6 * es)] - Mf[u(m + 10 * es)] - Mf[u(m + 14 * es)],
+                      Mf[u(m + 7 * es)] - Mf[u(m + 11 * es)] - Mf[u(m + 15 * es)])
                 oy, ox = 2 * th, 2 * tw
-                y[n, k, oy, ox] = r0[0] + r0[1] + r0[2] + bias
+                o = ((n * K + k) * OH + oy) * OW + ox
+                yf[u(o)] = r0[0] + r0[1] + r0[2] + bias
                 if ox + 1 < OW:
-                    y[n, k, oy, ox + 1] = r0[1] - r0[2] - r0[3] + bias
+                    yf[u(o + 1)] = r0[1] - r0[2] - r0[3] + bias
                 if oy + 1 < OH:
-                    y[n, k, oy + 1, ox] = r1[0] + r1[1] + r1[2] + bias
+                    yf[u(o + OW)] = r1[0] + r1[1] + r1[2] + bias
                     if ox + 1 < OW:
-                        y[n, k, oy + 1, ox + 1] = r1[1] - r1[2] - r1[3] + bias
+                        yf[u(o + OW + 1)] = r1[1] - r1[2] - r1[3] + bias

@@ -4,7 +4,7 @@ import numpy as np
 from numba import prange
 
 from .gemm import sgemm
-from .jit import kernel, parallel_kernel
+from .jit import kernel, parallel_kernel, u
 
 
 @kernel
@@ -57,6 +57,7 @@ def conv_transpose_col2im(x, w, b, y, sd, sh, sw, pd, ph, pw, dd, dh, dw, groups
     kb = (Kg + k_blocks - 1) // k_blocks
     slot = kb * KK * Pin
     items = N * groups * k_blocks
+    yf = y.reshape(y.size)
     for it in prange(items):
         n = it // (groups * k_blocks)
         rest = it - n * groups * k_blocks
@@ -69,14 +70,20 @@ def conv_transpose_col2im(x, w, b, y, sd, sh, sw, pd, ph, pw, dd, dh, dw, groups
         cols = scratch[numba.get_thread_id() * slot:][:rows * Pin].reshape(rows, Pin)
         sgemm(True, False, rows, Pin, Cg, w.ctypes.data + 4 * (g * Cg * Kg * KK + k0 * KK), Kg * KK,
               x.ctypes.data + 4 * (n * C + g * Cg) * Pin, Pin, False, cols.ctypes.data, Pin)
+        cf = cols.reshape(rows * Pin)
         for kk in range(k0, k1):
             k = g * Kg + kk
-            out = y[n, k]
-            out[:] = b[k] if b.size > 0 else np.float32(0.0)
+            yo = (n * K + k) * OD * OH * OW
+            bias = b[k] if b.size > 0 else np.float32(0.0)
+            for i in range(OD * OH * OW):
+                yf[u(yo + i)] = bias
             for kd in range(KD):
                 for kh in range(KH):
                     for kw in range(KW):
-                        src = cols[((kk - k0) * KD + kd) * KH * KW + kh * KW + kw]
+                        row = (((kk - k0) * KD + kd) * KH + kh) * KW + kw
+                        start = kw * dw - pw
+                        lo = 0 if start >= 0 else (-start + sw - 1) // sw   # ix with 0 <= ix*sw + start < OW
+                        hi = min(W, (OW - start + sw - 1) // sw) if OW - start > 0 else 0
                         for iz in range(D):
                             oz = iz * sd - pd + kd * dd
                             if oz < 0 or oz >= OD:
@@ -85,10 +92,11 @@ def conv_transpose_col2im(x, w, b, y, sd, sh, sw, pd, ph, pw, dd, dh, dw, groups
                                 oy = iy * sh - ph + kh * dh
                                 if oy < 0 or oy >= OH:
                                     continue
-                                orow = out[oz, oy]
-                                base = (iz * H + iy) * W
-                                start = kw * dw - pw
-                                for ix in range(W):
-                                    ox = ix * sw + start
-                                    if 0 <= ox < OW:
-                                        orow[ox] += src[base + ix]
+                                src = row * Pin + (iz * H + iy) * W
+                                dst = yo + (oz * OH + oy) * OW + start
+                                if sw == 1:
+                                    for ix in range(lo, hi):
+                                        yf[u(dst + ix)] += cf[u(src + ix)]
+                                else:
+                                    for ix in range(lo, hi):
+                                        yf[u(dst + ix * sw)] += cf[u(src + ix)]

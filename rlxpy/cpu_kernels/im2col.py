@@ -2,7 +2,7 @@
 import numpy as np
 from numba import prange
 
-from .jit import kernel, parallel_kernel
+from .jit import kernel, parallel_kernel, u
 
 
 @kernel
@@ -36,9 +36,14 @@ def _valid_range(OW, W, start, step):
 def fill_columns(x, n, c0, Cg, r0, r1, cols, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw, OH, OW):
     """Column layout for one output tile: cols[((c*KD + kd)*KH + kh)*KW + kw, (r - r0)*OW + ow]
     = x[n, c0 + c, od*sd - pd + kd*dd, oh*sh - ph + kh*dh, ow*sw - pw + kw*dw] (0 outside),
-    for output rows r = od*OH + oh in [r0, r1). x is [N, C, D, H, W]."""
-    D, H, W = x.shape[2], x.shape[3], x.shape[4]
+    for output rows r = od*OH + oh in [r0, r1). x is [N, C, D, H, W]; cols is contiguous."""
+    C, D, H, W = x.shape[1], x.shape[2], x.shape[3], x.shape[4]
+    T = (r1 - r0) * OW
+    xf = x.reshape(x.size)
+    cf = cols.reshape(cols.size)
+    zero = np.float32(0.0)
     for c in range(Cg):
+        plane = (n * C + c0 + c) * D
         for kd in range(KD):
             for kh in range(KH):
                 for kw in range(KW):
@@ -50,18 +55,22 @@ def fill_columns(x, n, c0, Cg, r0, r1, cols, KD, KH, KW, sd, sh, sw, pd, ph, pw,
                         oh = r - od * OH
                         iz = od * sd - pd + kd * dd
                         iy = oh * sh - ph + kh * dh
-                        base = (r - r0) * OW
+                        dst = u(row * T + (r - r0) * OW)
                         if iz < 0 or iz >= D or iy < 0 or iy >= H:
-                            cols[row, base:base + OW] = 0.0
+                            for ow in range(OW):
+                                cf[dst + u(ow)] = zero
                             continue
-                        cols[row, base:base + lo] = 0.0
-                        src = x[n, c0 + c, iz, iy]
+                        for ow in range(lo):
+                            cf[dst + u(ow)] = zero
+                        src = ((plane + iz) * H + iy) * W + start   # + ow*sw >= 0 for ow >= lo
                         if sw == 1:
-                            cols[row, base + lo:base + hi] = src[lo + start:hi + start]
+                            for ow in range(lo, hi):
+                                cf[dst + u(ow)] = xf[u(src + ow)]
                         else:
                             for ow in range(lo, hi):
-                                cols[row, base + ow] = src[ow * sw + start]
-                        cols[row, base + hi:base + OW] = 0.0
+                                cf[dst + u(ow)] = xf[u(src + ow * sw)]
+                        for ow in range(hi, OW):
+                            cf[dst + u(ow)] = zero
 
 
 @parallel_kernel

@@ -10,3 +10,9 @@ def kernel(fn):
 
 def parallel_kernel(fn):
     return numba.njit(cache=True, nogil=True, parallel=True)(fn)
+
+
+# Hot loops index flat arrays with unsigned offsets: numba wraps negative signed indices
+# around (a select per access), which stops LLVM from vectorizing. Measured on the
+# depthwise kernel: 2.9 ms with signed indices, 0.47 ms with uintp ones.
+u = numba.uintp

@@ -3,7 +3,7 @@ and their parallel versions (parallel over the N*C planes, which are independent
 import numpy as np
 from numba import prange
 
-from .jit import kernel, parallel_kernel
+from .jit import kernel, parallel_kernel, u
 
 
 @kernel
@@ -81,13 +81,12 @@ def _taps(start, step, K, L):
 
 
 @kernel
-def _max_plane(x, y, n, c, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw):
-    """The same windows and rule as _max_window, with the tap ranges clipped once per
-    output instead of tested per tap."""
-    D, H, W = x.shape[2], x.shape[3], x.shape[4]
-    OD, OH, OW = y.shape[2], y.shape[3], y.shape[4]
-    xp = x[n, c]
-    yp = y[n, c]
+def _fast_plane(xf, yf, p, is_max, D, H, W, OD, OH, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, ed, eh, ew,
+                dd, dh, dw, count_include_pad):
+    """Plane p of flat x and y: the same windows and rules as the reference, with tap ranges
+    clipped once per output and float32 sums. The max of a window does not depend on the
+    order its values are visited in (NaN wins whenever one is present)."""
+    xo, yo = p * D * H * W, p * OD * OH * OW
     for od in range(OD):
         z0 = od * sd - pd
         zl, zh = _taps(z0, dd, KD, D)
@@ -97,30 +96,35 @@ def _max_plane(x, y, n, c, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw):
             for ow in range(OW):
                 x0 = ow * sw - pw
                 xl, xh = _taps(x0, dw, KW, W)
-                best = np.float32(-np.inf)
-                first = True
+                acc = np.float32(-np.inf) if is_max else np.float32(0.0)
                 for kd in range(zl, zh):
                     for kh in range(yl, yh):
-                        row = xp[z0 + kd * dd, y0 + kh * dh]
+                        row = xo + ((z0 + kd * dd) * H + y0 + kh * dh) * W + x0
                         for kw in range(xl, xh):
-                            v = row[x0 + kw * dw]
-                            if first or v > best or np.isnan(v):
-                                best = v
-                                first = False
-                yp[od, oh, ow] = best
+                            v = xf[u(row + kw * dw)]
+                            if is_max:
+                                acc = v if (v > acc or v != v) else acc
+                            else:
+                                acc += v
+                if not is_max:
+                    if count_include_pad:
+                        count = ((min(z0 + KD, D + ed) - z0) * (min(y0 + KH, H + eh) - y0) *
+                                 (min(x0 + KW, W + ew) - x0))
+                    else:
+                        count = (zh - zl) * (yh - yl) * (xh - xl)
+                    acc = acc / np.float32(count)
+                yf[u(yo + (od * OH + oh) * OW + ow)] = acc
 
 
 @parallel_kernel
 def pool_parallel(x, y, is_max, KD, KH, KW, sd, sh, sw, pd, ph, pw, ed, eh, ew, dd, dh, dw, count_include_pad):
     """Parallel over the N*C planes."""
-    C = x.shape[1]
-    for p in prange(x.shape[0] * C):
-        n = p // C
-        if is_max:
-            _max_plane(x, y, n, p - n * C, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw)
-        else:
-            _pool_plane(x, y, n, p - n * C, False, KD, KH, KW, sd, sh, sw, pd, ph, pw, ed, eh, ew, dd, dh, dw,
-                        count_include_pad)
+    D, H, W = x.shape[2], x.shape[3], x.shape[4]
+    OD, OH, OW = y.shape[2], y.shape[3], y.shape[4]
+    xf, yf = x.reshape(x.size), y.reshape(y.size)
+    for p in prange(x.shape[0] * x.shape[1]):
+        _fast_plane(xf, yf, p, is_max, D, H, W, OD, OH, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, ed, eh, ew,
+                    dd, dh, dw, count_include_pad)
 
 
 @kernel
@@ -128,7 +132,10 @@ def _max_backward_plane(x, dy, dx, n, c, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd,
     """dx[n, c] = 0, then each window's dy goes to the element that won its forward max."""
     H, W = x.shape[3], x.shape[4]
     OD, OH, OW = dy.shape[2], dy.shape[3], dy.shape[4]
-    dx[n, c] = 0.0
+    for iz in range(x.shape[2]):
+        for iy in range(H):
+            for ix in range(W):
+                dx[n, c, iz, iy, ix] = 0.0
     for od in range(OD):
         for oh in range(OH):
             for ow in range(OW):

@@ -1,7 +1,7 @@
 """Nearest-neighbour 2x upsampling of [N, C, H, W]."""
 from numba import prange
 
-from .jit import kernel, parallel_kernel
+from .jit import kernel, parallel_kernel, u
 
 
 @kernel
@@ -16,15 +16,16 @@ def resize_nearest2x_naive(x, y):
 
 @parallel_kernel
 def resize_nearest2x_parallel(x, y):
-    """Parallel over planes; each input row is widened once and written to two output rows."""
+    """Parallel over planes."""
     N, C, H, W = x.shape
+    xf, yf = x.reshape(x.size), y.reshape(y.size)
     for p in prange(N * C):
-        n = p // C
-        c = p - n * C
         for h in range(H):
-            src = x[n, c, h]
-            top = y[n, c, 2 * h]
+            src = (p * H + h) * W
+            top = (p * 2 * H + 2 * h) * 2 * W
             for w in range(W):
-                top[2 * w] = src[w]
-                top[2 * w + 1] = src[w]
-            y[n, c, 2 * h + 1] = top
+                v = xf[u(src + w)]
+                yf[u(top + 2 * w)] = v
+                yf[u(top + 2 * w + 1)] = v
+                yf[u(top + 2 * W + 2 * w)] = v
+                yf[u(top + 2 * W + 2 * w + 1)] = v

@@ -17,8 +17,10 @@ from ..cpu_kernels.config import Config
 # past this size a conv takes the reference kernel instead of asking for gigabytes.
 SCRATCH_CAP_BYTES = 2 << 30
 
-# A column tile of about this many bytes stays in L2 while its GEMM reads it.
-TILE_BYTES = 256 << 10
+# Column tiles of about this many bytes (64 to 1024 columns): the best of 1 to 56 output
+# rows per tile on the bench shapes, where a GEMM of a few hundred columns ran at about
+# 95 GFLOP/s per core and one of about 100 columns at 60-70.
+TILE_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,7 @@ def _split(items: int, threads: int, limit: int) -> int:
 def _row_tiles(rows: int, row_len: int, ck: int, items_per_tile: int, threads: int) -> int:
     """Output rows per column tile: about TILE_BYTES of columns, at least one row, and
     enough tiles that every thread has one."""
-    cols = max(64, min(512, TILE_BYTES // (4 * ck)))
+    cols = max(64, min(1024, TILE_BYTES // (4 * ck)))
     tile = max(1, min(rows, cols // row_len))
     while tile > 1 and items_per_tile * ceil(rows / tile) < threads:
         tile = ceil(tile / 2)
@@ -84,9 +86,11 @@ def im2col_choice(g: dict, threads: int, slots: int, why: str) -> Choice:
     return _capped("conv", Choice("im2col", why, slots * 4 * ck * tile * row_len, tile, k_blocks))
 
 
-def _winograd_block(c: int, k: int, tiles: int, threads: int) -> int:
-    block = max(16, min(256, (768 << 10) // (64 * (c + k))))
-    return max(1, min(block, ceil(tiles / threads)))
+def _winograd_block(tiles: int) -> int:
+    """2x2 tiles per work item. Measured on this 2-core machine (bench/conv_suite.py shapes):
+    about a quarter of an image's tiles, 32 to 196, was best: big enough for the 16 GEMMs to
+    run well, small enough that both workers get blocks."""
+    return min(tiles, max(32, min(196, ceil(tiles / 4))))
 
 
 def _not_taken(name: str, flag: str, requested: bool, reason: Optional[str]) -> str:
@@ -130,7 +134,7 @@ def choose_conv2d(g: dict, config: Config, threads: int, slots: int) -> Choice:
     wino = winograd_reason(g)
     if config.winograd and wino is None:
         tiles = x[0] * ceil(y[2] / 2) * ceil(y[3] / 2)
-        block = _winograd_block(c, k, tiles, threads)
+        block = _winograd_block(tiles)
         k_blocks = _split(ceil(tiles / block), threads, max(1, k // 32))
         kb = ceil(k / k_blocks)
         return _capped("conv2d", Choice("winograd", "RLX_WINOGRAD on: 3x3, stride 1, dilation 1, groups 1",
