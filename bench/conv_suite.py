@@ -149,6 +149,8 @@ def ort_runner(case, inputs, params, threads):
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
+    # ORT's pool spins between calls by default, which would tax whichever peer runs next
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     return lambda: sess.run(None, {"x": x})[0]
 
@@ -176,7 +178,7 @@ def time_blocks(runners, reps, warmup=3, passes=2):
     samples = {k: [] for k in runners}
     for _ in range(passes):
         for k, fn in runners.items():
-            time.sleep(0.02)
+            time.sleep(0.1)   # let the last peer's pool threads go to sleep
             for _ in range(warmup):
                 fn()
             for _ in range(max(1, reps // passes)):
