@@ -2,6 +2,7 @@
 and runs the plan's records as a flat loop over pre-resolved kernel calls."""
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Mapping
 from typing import Dict, Optional, Tuple
@@ -48,6 +49,9 @@ class Executable:
         if hit is None:
             plan = build_plan(self._nodes, self._params, self._outputs, shapes, self.config, self.plan_memory,
                               self.threads)
+            retarget = getattr(self._backend, "retarget", None)
+            if retarget is not None:   # another device: same records, its own kernel choice
+                plan = dataclasses.replace(plan, thunks=tuple(retarget(t) for t in plan.thunks))
             calls = tuple((self._backend.resolve(t), t) for t in plan.thunks)
             with self._lock:
                 hit = self._plans.setdefault(key, (plan, calls))
@@ -87,29 +91,32 @@ class Executable:
         bound: Dict[str, Tuple[int, str]] = {}
         shapes = {}
         for name, dims in self._input_dims.items():
-            arr = inputs[name]
-            if not isinstance(arr, np.ndarray):
-                raise TypeError(f"input {name!r}: expected a numpy array, got {type(arr).__name__}")
-            if arr.dtype != np.float32:
-                raise TypeError(f"input {name!r}: dtype must be float32, got {arr.dtype}")
-            if arr.ndim != len(dims):
+            shape = self.array_shape(name, inputs[name])
+            if len(shape) != len(dims):
                 raise ValueError(f"input {name!r}: expected rank {len(dims)} {fmt_shape(dims)}, "
-                                 f"got shape {tuple(arr.shape)}")
-            for i, (d, actual) in enumerate(zip(dims, arr.shape)):
+                                 f"got shape {shape}")
+            for i, (d, actual) in enumerate(zip(dims, shape)):
                 if isinstance(d, int):
                     if actual != d:
                         raise ValueError(f"input {name!r}: dim {i} must be {d} {fmt_shape(dims)}, "
-                                         f"got shape {tuple(arr.shape)}")
+                                         f"got shape {shape}")
                     continue
                 if actual < 1:
-                    raise ValueError(f"input {name!r}: dynamic dim {i} ({d}) must be >= 1, got shape "
-                                     f"{tuple(arr.shape)}")
+                    raise ValueError(f"input {name!r}: dynamic dim {i} ({d}) must be >= 1, got shape {shape}")
                 prev = bound.setdefault(d, (actual, name))
                 if prev[0] != actual:
                     raise ValueError(f"input {name!r}: dim {i} ({d}) is {actual}, but input {prev[1]!r} "
                                      f"bound {d} to {prev[0]}")
-            shapes[name] = tuple(int(s) for s in arr.shape)
+            shapes[name] = shape
         return shapes
+
+    def array_shape(self, name: str, arr) -> Tuple[int, ...]:
+        """The shape of an acceptable input array; TypeError for anything else."""
+        if not isinstance(arr, np.ndarray):
+            raise TypeError(f"input {name!r}: expected a numpy array, got {type(arr).__name__}")
+        if arr.dtype != np.float32:
+            raise TypeError(f"input {name!r}: dtype must be float32, got {arr.dtype}")
+        return tuple(int(d) for d in arr.shape)
 
     def run(self, inputs) -> Dict[str, np.ndarray]:
         """Outputs are fresh float32 arrays; a failed run leaves the executable usable."""

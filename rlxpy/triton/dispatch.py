@@ -1,0 +1,182 @@
+"""The GPU dispatch table: the same records as the CPU, lowered to Triton kernels.
+
+retarget() rewrites a record's algo for the GPU (`simple`: the starting design, kept as
+the GPU-side reference; `igemm`: implicit GEMM on tl.dot), resolve() returns the launcher.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from typing import Callable, Dict, Tuple, Type
+
+import torch
+import triton
+
+from ..thunks import records as R
+from . import kernels as K
+
+EXEC: Dict[Tuple[Type[R.Record], str], Callable] = {}
+ALGO_ENV = "RLX_TRITON_ALGO"
+BLOCK_OW = 64
+BLOCK = 256
+IGEMM_BLOCKS = dict(BLOCK_M=128, BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=3)
+IGEMM_MIN_CIN = 8   # below this many input channels per group the tl.dot tiles are mostly padding
+
+
+def runs(record_type, algo):
+    def deco(fn):
+        key = (record_type, algo)
+        if key in EXEC:
+            raise RuntimeError(f"duplicate GPU kernel for {record_type.__name__}/{algo}")
+        EXEC[key] = fn
+        return fn
+    return deco
+
+
+def algo_preference(env=None) -> str:
+    raw = (os.environ if env is None else env).get(ALGO_ENV, "").strip().lower()
+    if raw in ("", "auto"):
+        return "auto"
+    if raw not in ("simple", "igemm"):
+        raise ValueError(f"{ALGO_ENV}={raw!r} is not a valid value; accepted: simple, igemm, auto")
+    return raw
+
+
+class TritonBackend:
+    def __init__(self, device: torch.device, preference: str):
+        self.device, self.preference = device, preference
+
+    def threads(self, config) -> int:
+        return 1
+
+    def retarget(self, rec: R.Record) -> R.Record:
+        if isinstance(rec, (R.Conv2D, R.Conv2D1x1)):
+            cin_g = rec.x_shape[1] // rec.groups
+            if self.preference == "simple":
+                return replace(rec, algo="simple", why=f"{ALGO_ENV}=simple: one program per output-row tile")
+            if self.preference == "igemm" or cin_g >= IGEMM_MIN_CIN:
+                why = f"{ALGO_ENV}=igemm" if self.preference == "igemm" else "implicit GEMM on tl.dot"
+                return replace(rec, algo="igemm", why=why)
+            return replace(rec, algo="simple", why=f"{cin_g} input channel(s) per group: simple kernel")
+        return replace(rec, algo="simple", why="Triton kernel")
+
+    def resolve(self, rec: R.Record) -> Callable:
+        try:
+            return EXEC[(type(rec), rec.algo)]
+        except KeyError:
+            raise NotImplementedError(f"{rec.node}: no GPU kernel for {type(rec).__name__} / {rec.algo}") from None
+
+
+def at(arena, off: int):
+    """The arena from byte offset `off` on: Triton takes a tensor's data pointer."""
+    return arena[off // 4:]
+
+
+def _geometry(rec: R.ConvGeometry) -> dict:
+    """Compile-time constants of a conv kernel (channel counts per group too: the Triton
+    interpreter cannot loop over a runtime count)."""
+    return dict(KH=rec.kernel[0], KW=rec.kernel[1], SH=rec.stride[0], SW=rec.stride[1], PH=rec.pad_begin[0],
+                PW=rec.pad_begin[1], DH=rec.dilation[0], DW=rec.dilation[1], GROUPS=rec.groups,
+                CIN_G=rec.x_shape[1] // rec.groups, COUT_G=rec.y_shape[1] // rec.groups)
+
+
+def _fwd_grid(rec: R.ConvGeometry):
+    n, _, _, _ = rec.x_shape
+    _, k, oh, ow = rec.y_shape
+    tiles = triton.cdiv(ow, BLOCK_OW)
+    return (n * k * oh * tiles,), tiles
+
+
+def _bias(rec, arena):
+    return at(arena, rec.b_off) if rec.b_off >= 0 else at(arena, rec.y_off)  # unused when HAS_BIAS is False
+
+
+@runs(R.Conv2D, "simple")
+@runs(R.Conv2D1x1, "simple")
+def conv2d_simple(rec, arena):
+    """conv2d_forward, or conv2d_bias_forward (the same kernel with HAS_BIAS) when the conv
+    has a bias: one launch instead of conv + bias-add."""
+    grid, tiles = _fwd_grid(rec)
+    _, c, h, w = rec.x_shape
+    _, k, oh, ow = rec.y_shape
+    K.conv2d_forward[grid](at(arena, rec.x_off), at(arena, rec.w_off), _bias(rec, arena), at(arena, rec.y_off),
+                           c, h, w, k, oh, ow, tiles, HAS_BIAS=rec.b_off >= 0, BLOCK_OW=BLOCK_OW, **_geometry(rec))
+
+
+@runs(R.Conv2D, "igemm")
+@runs(R.Conv2D1x1, "igemm")
+def conv2d_igemm(rec, arena):
+    n, c, h, w = rec.x_shape
+    _, k, oh, ow = rec.y_shape
+    blocks = dict(IGEMM_BLOCKS)
+    grid = (triton.cdiv(n * oh * ow, blocks["BLOCK_M"]), triton.cdiv(k // rec.groups, blocks["BLOCK_N"]), rec.groups)
+    K.conv2d_igemm[grid](at(arena, rec.x_off), at(arena, rec.w_off), _bias(rec, arena), at(arena, rec.y_off),
+                         n, c, h, w, k, oh, ow, HAS_BIAS=rec.b_off >= 0, **_geometry(rec), **blocks)
+
+
+def launch_backward(arena, rec_geometry, x_off, w_off, dy_off, dx_off, dw_off):
+    """conv2d_backward_dx (dw_off < 0), conv2d_backward_dw (dx_off < 0) or both in one
+    launch (conv2d_backward). The outputs are zeroed first: the kernel adds into them."""
+    grid, tiles = _fwd_grid(rec_geometry)
+    n, c, h, w = rec_geometry.x_shape
+    _, k, oh, ow = rec_geometry.y_shape
+    if dx_off >= 0:
+        at(arena, dx_off)[:n * c * h * w].zero_()
+    if dw_off >= 0:
+        at(arena, dw_off)[:k * (c // rec_geometry.groups) * rec_geometry.kernel[0] * rec_geometry.kernel[1]].zero_()
+    dummy = at(arena, dy_off)
+    K.conv2d_backward[grid](at(arena, x_off) if x_off >= 0 else dummy, at(arena, w_off) if w_off >= 0 else dummy,
+                            dummy, at(arena, dx_off) if dx_off >= 0 else dummy,
+                            at(arena, dw_off) if dw_off >= 0 else dummy, c, h, w, k, oh, ow, tiles,
+                            DO_DX=dx_off >= 0, DO_DW=dw_off >= 0, BLOCK_OW=BLOCK_OW, **_geometry(rec_geometry))
+
+
+@runs(R.Conv2dBackwardInput, "simple")
+def conv2d_backward_dx(rec, arena):
+    launch_backward(arena, rec, -1, rec.w_off, rec.dy_off, rec.dx_off, -1)
+
+
+@runs(R.Conv2dBackwardWeight, "simple")
+def conv2d_backward_dw(rec, arena):
+    launch_backward(arena, rec, rec.x_off, -1, rec.dy_off, -1, rec.dw_off)
+
+
+def _pool_grid(total):
+    return (triton.cdiv(total, BLOCK),)
+
+
+@runs(R.Pool2D, "simple")
+def pool2d(rec, arena):
+    n, c, h, w = rec.x_shape
+    oh, ow = rec.y_shape[2:]
+    total = n * c * oh * ow
+    K.pool2d[_pool_grid(total)](at(arena, rec.x_off), at(arena, rec.y_off), total, h, w, oh, ow,
+                                KH=rec.kernel[0], KW=rec.kernel[1], SH=rec.stride[0], SW=rec.stride[1],
+                                PH=rec.pad_begin[0], PW=rec.pad_begin[1], EH=rec.pad_end[0], EW=rec.pad_end[1],
+                                DH=rec.dilation[0], DW=rec.dilation[1], IS_MAX=rec.kind == "max",
+                                COUNT_PAD=rec.count_include_pad, BLOCK=BLOCK)
+
+
+@runs(R.MaxPool2dBackward, "simple")
+def max_pool2d_backward(rec, arena):
+    n, c, h, w = rec.x_shape
+    oh, ow = rec.y_shape[2:]
+    total = n * c * oh * ow
+    at(arena, rec.dx_off)[:n * c * h * w].zero_()
+    K.max_pool2d_backward[_pool_grid(total)](at(arena, rec.x_off), at(arena, rec.dy_off), at(arena, rec.dx_off),
+                                             total, h, w, oh, ow, KH=rec.kernel[0], KW=rec.kernel[1],
+                                             SH=rec.stride[0], SW=rec.stride[1], PH=rec.pad_begin[0],
+                                             PW=rec.pad_begin[1], DH=rec.dilation[0], DW=rec.dilation[1],
+                                             BLOCK=BLOCK)
+
+
+@runs(R.ResizeNearest2x, "simple")
+def resize_nearest2x(rec, arena):
+    n, c, h, w = rec.x_shape
+    total = 4 * n * c * h * w
+    K.resize_nearest2x[_pool_grid(total)](at(arena, rec.x_off), at(arena, rec.y_off), total, h, w, BLOCK=BLOCK)
+
+
+# Record types (and ranks) the GPU can run; compile(..., device="cuda") refuses the rest.
+def supported(rec: R.Record) -> bool:
+    return any(type(rec) is t for t, _ in EXEC)

@@ -1,0 +1,203 @@
+"""Triton kernels for the GPU lowering. Imported only by rlxpy.triton.dispatch, lazily.
+
+The simple kernels follow the starting design: one program per (b, c_out, oh, ow-tile) of
+BLOCK_OW output columns, pid = ((b*C_OUT + c_out)*OH + oh)*num_ow_tiles + ow_tile, one
+weight scalar per tap; zero padding comes from the load masks. They are the GPU-side
+reference. The implicit-GEMM forward computes the same conv as tiles of
+[BLOCK_M output pixels x BLOCK_K taps] @ [BLOCK_K taps x BLOCK_N output channels] on
+tl.dot, gathering input taps straight from x (no im2col buffer in memory).
+
+Geometry (kernel, stride, begin padding, dilation, groups) is compile-time constant; the
+end padding is implied by OH/OW.
+"""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _fwd_program(pid, num_ow_tiles, C_OUT, OH, OW, BLOCK_OW: tl.constexpr):
+    ow_tile = pid % num_ow_tiles
+    t = pid // num_ow_tiles
+    oh = t % OH
+    t = t // OH
+    co = t % C_OUT
+    b = t // C_OUT
+    ow = ow_tile * BLOCK_OW + tl.arange(0, BLOCK_OW)
+    return b, co, oh, ow, ow < OW
+
+
+@triton.jit
+def conv2d_forward(x_ptr, w_ptr, b_ptr, y_ptr, C_IN, H, W, C_OUT, OH, OW, num_ow_tiles,
+                   KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
+                   PH: tl.constexpr, PW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr,
+                   GROUPS: tl.constexpr, CIN_G: tl.constexpr, COUT_G: tl.constexpr, HAS_BIAS: tl.constexpr,
+                   BLOCK_OW: tl.constexpr):
+    """y[b, co, oh, ow-tile] = sum over the (C_IN/G)*KH*KW taps of co's group (+ bias)."""
+    b, co, oh, ow, mask = _fwd_program(tl.program_id(0), num_ow_tiles, C_OUT, OH, OW, BLOCK_OW)
+    c0 = (co // COUT_G) * CIN_G
+    acc = tl.zeros([BLOCK_OW], dtype=tl.float32)
+    for ci in range(CIN_G):
+        for kh in tl.static_range(KH):
+            ih = oh * SH - PH + kh * DH
+            for kw in tl.static_range(KW):
+                iw = ow * SW - PW + kw * DW
+                m = mask & (iw >= 0) & (iw < W) & (ih >= 0) & (ih < H)
+                xv = tl.load(x_ptr + ((b * C_IN + c0 + ci) * H + ih) * W + iw, mask=m, other=0.0)
+                wv = tl.load(w_ptr + ((co * CIN_G + ci) * KH + kh) * KW + kw)
+                acc += xv * wv
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + co)
+    tl.store(y_ptr + ((b * C_OUT + co) * OH + oh) * OW + ow, acc, mask=mask)
+
+
+@triton.jit
+def conv2d_backward(x_ptr, w_ptr, dy_ptr, dx_ptr, dw_ptr, C_IN, H, W, C_OUT, OH, OW, num_ow_tiles,
+                    KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
+                    PH: tl.constexpr, PW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr,
+                    GROUPS: tl.constexpr, CIN_G: tl.constexpr, COUT_G: tl.constexpr, DO_DX: tl.constexpr,
+                    DO_DW: tl.constexpr, BLOCK_OW: tl.constexpr):
+    """Over the forward grid: dx[b, c, ih, iw] += dy * w (atomic: receptive fields overlap
+    when stride < kernel) and/or dw[co, ci, kh, kw] += <dy tile, x tile> (atomic across
+    programs). dx and dw must be zeroed first. DO_DX and DO_DW pick the kernel:
+    conv2d_backward_dx, conv2d_backward_dw, or both in one launch (conv2d_backward)."""
+    b, co, oh, ow, mask = _fwd_program(tl.program_id(0), num_ow_tiles, C_OUT, OH, OW, BLOCK_OW)
+    c0 = (co // COUT_G) * CIN_G
+    dy = tl.load(dy_ptr + ((b * C_OUT + co) * OH + oh) * OW + ow, mask=mask, other=0.0)
+    for ci in range(CIN_G):
+        for kh in tl.static_range(KH):
+            ih = oh * SH - PH + kh * DH
+            for kw in tl.static_range(KW):
+                iw = ow * SW - PW + kw * DW
+                m = mask & (iw >= 0) & (iw < W) & (ih >= 0) & (ih < H)
+                xoff = ((b * C_IN + c0 + ci) * H + ih) * W + iw
+                woff = ((co * CIN_G + ci) * KH + kh) * KW + kw
+                if DO_DX:
+                    tl.atomic_add(dx_ptr + xoff, dy * tl.load(w_ptr + woff), mask=m)
+                if DO_DW:
+                    xv = tl.load(x_ptr + xoff, mask=m, other=0.0)
+                    tl.atomic_add(dw_ptr + woff, tl.sum(dy * xv, axis=0))
+
+
+@triton.jit
+def conv2d_igemm(x_ptr, w_ptr, b_ptr, y_ptr, N, C_IN, H, W, C_OUT, OH, OW,
+                 KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
+                 PH: tl.constexpr, PW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr,
+                 GROUPS: tl.constexpr, CIN_G: tl.constexpr, COUT_G: tl.constexpr, HAS_BIAS: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Implicit GEMM. Grid (cdiv(N*OH*OW, BLOCK_M), cdiv(C_OUT/G, BLOCK_N), G). The K axis is
+    walked tap by tap (kh, kw) and, within a tap, over input channels in BLOCK_K chunks, so
+    a chunk of A is x[b, c0:c0+BLOCK_K, ih, iw] for the tile's pixels: no division in the
+    inner loop and a contiguous run of pixels along M."""
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    g = tl.program_id(2)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    m_ok = offs_m < N * OH * OW
+    n_ok = offs_n < COUT_G
+    b = offs_m // (OH * OW)
+    rem = offs_m % (OH * OW)
+    oh = rem // OW
+    ow = rem % OW
+    co = g * COUT_G + offs_n
+    x_base = (b * C_IN + g * CIN_G) * (H * W)          # [BLOCK_M]
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for kh in tl.static_range(KH):
+        ih = oh * SH - PH + kh * DH
+        for kw in tl.static_range(KW):
+            iw = ow * SW - PW + kw * DW
+            pix_ok = m_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+            a_ptrs = x_ptr + (x_base + ih * W + iw)[:, None] + offs_k[None, :] * (H * W)
+            w_ptrs = w_ptr + (co[None, :] * CIN_G + offs_k[:, None]) * (KH * KW) + kh * KW + kw
+            for c0 in range(0, CIN_G, BLOCK_K):
+                k_ok = offs_k + c0 < CIN_G
+                a = tl.load(a_ptrs, mask=pix_ok[:, None] & k_ok[None, :], other=0.0)
+                bw = tl.load(w_ptrs, mask=k_ok[:, None] & n_ok[None, :], other=0.0)
+                acc += tl.dot(a, bw)
+                a_ptrs += BLOCK_K * H * W
+                w_ptrs += BLOCK_K * KH * KW
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + co, mask=n_ok, other=0.0)[None, :]
+    y_ptrs = y_ptr + ((b * C_OUT)[:, None] + co[None, :]) * (OH * OW) + (oh * OW + ow)[:, None]
+    tl.store(y_ptrs, acc, mask=m_ok[:, None] & n_ok[None, :])
+
+
+@triton.jit
+def pool2d(x_ptr, y_ptr, total, H, W, OH, OW,
+           KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
+           PH: tl.constexpr, PW: tl.constexpr, EH: tl.constexpr, EW: tl.constexpr,
+           DH: tl.constexpr, DW: tl.constexpr, IS_MAX: tl.constexpr, COUNT_PAD: tl.constexpr,
+           BLOCK: tl.constexpr):
+    """One lane per output of the flattened [N*C, OH, OW]; PyTorch's max (NaN wins) and
+    average (divisor by count_include_pad) rules, as the CPU reference."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < total
+    ow = offs % OW
+    oh = (offs // OW) % OH
+    plane = offs // (OW * OH)
+    h0 = oh * SH - PH
+    w0 = ow * SW - PW
+    if IS_MAX:
+        acc = tl.full([BLOCK], float("-inf"), tl.float32)
+    else:
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+    cnt = tl.zeros([BLOCK], dtype=tl.int32)
+    for kh in tl.static_range(KH):
+        ih = h0 + kh * DH
+        for kw in tl.static_range(KW):
+            iw = w0 + kw * DW
+            m = ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+            v = tl.load(x_ptr + (plane * H + ih) * W + iw, mask=m, other=0.0)
+            if IS_MAX:
+                acc = tl.where(m & ((v > acc) | (v != v)), v, acc)
+            else:
+                acc += v
+            cnt += m.to(tl.int32)
+    if not IS_MAX:
+        if COUNT_PAD:
+            hh = tl.minimum(h0 + KH, H + EH) - h0
+            ww = tl.minimum(w0 + KW, W + EW) - w0
+            acc = acc / (hh * ww).to(tl.float32)
+        else:
+            acc = acc / cnt.to(tl.float32)
+    tl.store(y_ptr + offs, acc, mask=ok)
+
+
+@triton.jit
+def max_pool2d_backward(x_ptr, dy_ptr, dx_ptr, total, H, W, OH, OW,
+                        KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
+                        PH: tl.constexpr, PW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr,
+                        BLOCK: tl.constexpr):
+    """Each window's dy goes (atomically) to its first maximum in scan order, NaN winning."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < total
+    ow = offs % OW
+    oh = (offs // OW) % OH
+    plane = offs // (OW * OH)
+    best = tl.full([BLOCK], float("-inf"), tl.float32)
+    arg = tl.full([BLOCK], -1, tl.int32)
+    for kh in tl.static_range(KH):
+        ih = oh * SH - PH + kh * DH
+        for kw in tl.static_range(KW):
+            iw = ow * SW - PW + kw * DW
+            m = ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+            idx = (plane * H + ih) * W + iw
+            v = tl.load(x_ptr + idx, mask=m, other=0.0)
+            take = m & ((arg < 0) | (v > best) | (v != v))
+            best = tl.where(take, v, best)
+            arg = tl.where(take, idx, arg)
+    dy = tl.load(dy_ptr + offs, mask=ok, other=0.0)
+    tl.atomic_add(dx_ptr + arg, dy, mask=ok & (arg >= 0))
+
+
+@triton.jit
+def resize_nearest2x(x_ptr, y_ptr, total, H, W, BLOCK: tl.constexpr):
+    """One lane per output of [N*C, 2H, 2W]."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < total
+    ow = offs % (2 * W)
+    oh = (offs // (2 * W)) % (2 * H)
+    plane = offs // (4 * H * W)
+    v = tl.load(x_ptr + (plane * H + oh // 2) * W + ow // 2, mask=ok, other=0.0)
+    tl.store(y_ptr + offs, v, mask=ok)

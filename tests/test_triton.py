@@ -1,0 +1,223 @@
+"""The Triton lowering through the public API: compile(graph, device="cuda") against the CPU
+reference kernels. Without a GPU the kernels run on the Triton interpreter
+(TRITON_INTERPRET=1, set here before triton is imported) and the arena is a CPU tensor;
+on a GPU the same tests run on it, and test_triton_gpu_* add realistic shapes.
+
+Tolerances: the simple kernels and the interpreter accumulate in float32 (1e-4, as the
+CPU fast kernels). On a GPU the implicit GEMM's tl.dot runs in TF32 (10-bit mantissa):
+relative errors near 3e-4 to 1e-3 of the output scale, so 5e-3 there.
+"""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+ON_GPU = torch.cuda.is_available()
+if not ON_GPU:
+    os.environ["TRITON_INTERPRET"] = "1"
+pytest.importorskip("triton")
+
+import rlxpy as rx  # noqa: E402
+from rlxpy.thunks import records as R  # noqa: E402
+
+from helpers import REFERENCE, assert_close, rand  # noqa: E402
+
+TOL = {"simple": 1e-4, "igemm": 5e-3 if ON_GPU else 1e-4}
+
+
+def build_and_run(build, inputs, params, device, **run_kw):
+    g = rx.Graph()
+    vals = {k: g.input(k, (None,) + a.shape[1:]) for k, a in inputs.items()}
+    vals.update({k: g.param(k, a) for k, a in params.items()})
+    g.output("out", build(g, vals))
+    exe = rx.compile(g, REFERENCE) if device == "cpu" else rx.compile(g, device="cuda")
+    return exe.run(inputs, **run_kw)["out"], exe
+
+
+def test_triton_import_rlxpy_loads_neither_torch_nor_triton():
+    code = "import sys, rlxpy; print('torch' in sys.modules, 'triton' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]
+
+
+# (N, C, spatial, K, kernel, stride, padding, dilation, groups, bias)
+CONVS = [
+    (2, 4, (7, 9), 6, (3, 3), 1, 1, 1, 1, True),
+    (1, 16, (6, 7), 24, (3, 3), 1, 1, 1, 1, False),
+    (2, 6, (9, 8), 4, (3, 2), 2, ((1, 0), (2, 1)), 1, 2, True),
+    (1, 4, (9, 9), 4, (3, 3), 1, 2, 2, 4, False),             # depthwise, dilation 2
+    (2, 3, (8, 8), 5, (2, 2), 3, 0, 1, 1, True),              # stride > kernel
+    (1, 8, (5, 6), 10, (1, 1), 1, 0, 1, 1, True),             # 1x1 -> Conv2D1x1
+    (2, 3, (13,), 4, (4,), 2, ((1, 2),), 2, 1, True),         # 1-D
+]
+
+
+@pytest.mark.parametrize("algo", ["simple", "igemm"])
+@pytest.mark.parametrize("case", CONVS, ids=str)
+def test_triton_conv_forward_matches_cpu_reference(case, algo, monkeypatch):
+    monkeypatch.setenv("RLX_TRITON_ALGO", algo)
+    n, c, sp, k, ker, stride, padding, dilation, groups, bias = case
+    rng = np.random.default_rng(40)
+    x = rand(rng, n, c, *sp)
+    params = {"w": rand(rng, k, c // groups, *ker)} | ({"b": rand(rng, k)} if bias else {})
+
+    def build(g, v):
+        return g.conv(v["x"], v["w"], bias=v.get("b"), stride=stride, padding=padding, dilation=dilation,
+                      groups=groups)
+
+    ref, _ = build_and_run(build, {"x": x}, params, "cpu")
+    out, exe = build_and_run(build, {"x": x}, params, "cuda")
+    assert exe.thunks[0].algo == algo and f"algo {algo}" not in ""  # the record says which kernel ran
+    assert algo in exe.explain()
+    assert_close(out, ref, TOL[algo], f"{algo} {case}")
+
+
+# (N, C, H, W, K, kernel, stride, padding, dilation, groups)
+BACKWARD = [
+    (2, 4, 7, 6, 6, (3, 3), 1, 1, 1, 1),
+    (2, 6, 9, 8, 4, (3, 2), 2, ((1, 0), (0, 1)), (2, 1), 2),
+    (1, 4, 8, 8, 4, (3, 3), 2, 1, 1, 4),       # depthwise
+]
+
+
+@pytest.mark.parametrize("case", BACKWARD, ids=str)
+def test_triton_conv_backward_matches_cpu_reference(case):
+    n, c, h, wd, k, ker, stride, padding, dilation, groups = case
+    rng = np.random.default_rng(41)
+    kw = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+    x, w = rand(rng, n, c, h, wd), rand(rng, k, c // groups, *ker)
+    y, _ = build_and_run(lambda g, v: g.conv(v["x"], v["w"], **kw), {"x": x}, {"w": w}, "cpu")
+    dy = rand(rng, *y.shape)
+    for device in ("cpu", "cuda"):
+        dx, exe_dx = build_and_run(lambda g, v: g.conv2d_backward_input(v["dy"], v["w"], (None, c, h, wd), **kw),
+                                   {"dy": dy}, {"w": w}, device)
+        dw, exe_dw = build_and_run(lambda g, v: g.conv2d_backward_weight(v["x"], v["dy"], ker, **kw),
+                                   {"x": x, "dy": dy}, {}, device)
+        if device == "cpu":
+            ref_dx, ref_dw = dx, dw
+    assert isinstance(exe_dx.thunks[0], R.Conv2dBackwardInput) and exe_dx.thunks[0].algo == "simple"
+    assert_close(dx, ref_dx, 1e-4, "dx")
+    assert_close(dw, ref_dw, 1e-4, "dw")
+
+
+def test_triton_fused_backward_matches_separate_kernels():
+    """conv2d_backward computes dx and dw in one launch; compare with the CPU reference."""
+    from rlxpy.triton import dispatch
+    rng = np.random.default_rng(42)
+    n, c, h, wd, k = 2, 4, 6, 7, 6
+    kw = dict(stride=1, padding=1, dilation=1, groups=2)
+    x, w = rand(rng, n, c, h, wd), rand(rng, k, c // 2, 3, 3)
+    dy = rand(rng, n, k, h, wd)
+    ref_dx, _ = build_and_run(lambda g, v: g.conv2d_backward_input(v["dy"], v["w"], (None, c, h, wd), **kw),
+                              {"dy": dy}, {"w": w}, "cpu")
+    ref_dw, exe = build_and_run(lambda g, v: g.conv2d_backward_weight(v["x"], v["dy"], (3, 3), **kw),
+                                {"x": x, "dy": dy}, {}, "cpu")
+    geometry = exe.thunks[0]
+    dev = "cuda" if ON_GPU else "cpu"
+    sizes = [x.size, w.size, dy.size, x.size, w.size]
+    offs = np.cumsum([0] + [4 * ((s + 15) // 16 * 16) for s in sizes])
+    arena = torch.zeros(int(offs[-1]) // 4, device=dev)
+    for off, a in zip(offs, (x, w, dy)):
+        arena[off // 4:off // 4 + a.size] = torch.from_numpy(a.ravel()).to(dev)
+    dispatch.launch_backward(arena, geometry, int(offs[0]), int(offs[1]), int(offs[2]), int(offs[3]), int(offs[4]))
+    dx = arena[offs[3] // 4:offs[3] // 4 + x.size].cpu().numpy().reshape(x.shape)
+    dw = arena[offs[4] // 4:offs[4] // 4 + w.size].cpu().numpy().reshape(w.shape)
+    assert_close(dx, ref_dx, 1e-4, "fused dx")
+    assert_close(dw, ref_dw, 1e-4, "fused dw")
+
+
+POOLS = [
+    lambda g, v: g.pool(v["x"], "max", 3, stride=2, padding=1, ceil_mode=True),
+    lambda g, v: g.pool(v["x"], "max", 2, stride=1, padding=1, dilation=2),
+    lambda g, v: g.pool(v["x"], "avg", 3, stride=2, padding=1, ceil_mode=True, count_include_pad=False),
+    lambda g, v: g.pool(v["x"], "avg", 3, stride=2, padding=(1, 0), ceil_mode=True),
+    lambda g, v: g.resize_nearest2x(v["x"]),
+]
+
+
+@pytest.mark.parametrize("i", range(len(POOLS)))
+def test_triton_pool_and_resize_match_cpu_reference(i):
+    x = rand(np.random.default_rng(43), 2, 3, 9, 8)
+    x[0, 0, 0, 0] = np.nan
+    ref, _ = build_and_run(POOLS[i], {"x": x}, {}, "cpu")
+    out, _ = build_and_run(POOLS[i], {"x": x}, {}, "cuda")
+    assert np.array_equal(np.isnan(out), np.isnan(ref))
+    assert_close(np.nan_to_num(out), np.nan_to_num(ref), 1e-5)
+
+
+def test_triton_max_pool2d_backward_matches_cpu_reference():
+    rng = np.random.default_rng(44)
+    x, dy = rand(rng, 2, 3, 9, 8), rand(rng, 2, 3, 5, 4)
+
+    def build(g, v):
+        return g.max_pool2d_backward(v["x"], v["dy"], 3, stride=2, padding=1)
+
+    ref, _ = build_and_run(build, {"x": x, "dy": dy}, {}, "cpu")
+    out, _ = build_and_run(build, {"x": x, "dy": dy}, {}, "cuda")
+    assert_close(out, ref, 1e-5)
+
+
+def test_triton_small_cnn_and_tensor_io():
+    rng = np.random.default_rng(45)
+    g = rx.Graph()
+    x = g.input("x", (None, 3, 12, 12))
+    y = g.conv(x, g.param("w1", rand(rng, 16, 3, 3, 3, scale=0.3)), bias=g.param("b1", rand(rng, 16)), padding=1)
+    y = g.pool(y, "max", 2)
+    y = g.conv(y, g.param("w2", rand(rng, 16, 1, 3, 3, scale=0.3)), padding=1, groups=16)
+    y = g.resize_nearest2x(y)
+    y = g.conv(y, g.param("w3", rand(rng, 8, 16, 1, 1, scale=0.3)))
+    g.output("y", y)
+    xv = rand(rng, 2, 3, 12, 12)
+    ref = rx.compile(g, REFERENCE).run({"x": xv})["y"]
+    exe = rx.compile(g, device="cuda")
+    assert_close(exe.run({"x": xv})["y"], ref, TOL["igemm"])
+    xt = torch.from_numpy(xv).to(exe.device)
+    out = exe.run({"x": xt}, return_tensors=True)["y"]
+    assert isinstance(out, torch.Tensor) and out.device.type == exe.device.type
+    assert_close(out.cpu().numpy(), ref, TOL["igemm"])
+    with pytest.raises(TypeError, match="'x'.*float32"):
+        exe.run({"x": xt.double()})
+    assert exe.run({"x": xv})["y"].shape == ref.shape   # still usable after the refused run
+
+
+def test_triton_graph_with_a_node_without_gpu_kernel_is_refused():
+    g = rx.Graph()
+    x = g.input("x", (1, 2, 4, 4, 4))
+    g.output("y", g.conv3d(x, g.param("w", np.ones((2, 2, 1, 1, 1), np.float32)), name="vol"))
+    g.output("z", g.pool(x, "max", 2, name="pool3"))
+    with pytest.raises(NotImplementedError, match=r"vol \(Conv3d\).*pool3 \(Pool, rank 5\)"):
+        rx.compile(g, device="cuda")
+
+
+def test_triton_algo_flag_is_checked(monkeypatch):
+    monkeypatch.setenv("RLX_TRITON_ALGO", "fastest")
+    g = rx.Graph()
+    g.output("y", g.resize_nearest2x(g.input("x", (1, 1, 2, 2))))
+    with pytest.raises(ValueError, match="RLX_TRITON_ALGO='fastest'"):
+        rx.compile(g, device="cuda")
+
+
+# --- GPU only: realistic shapes against PyTorch's CUDA convolution and float64 ----------
+GPU_CASES = [  # (N, C, H, K, k, stride, pad)
+    (1, 64, 56, 64, 3, 1, 1), (32, 64, 56, 64, 3, 1, 1), (32, 128, 28, 128, 3, 1, 1),
+    (32, 256, 14, 256, 3, 1, 1), (32, 512, 7, 512, 3, 1, 1), (1, 3, 224, 64, 7, 2, 3), (32, 64, 56, 128, 3, 2, 1),
+]
+
+
+@pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("case", GPU_CASES, ids=str)
+def test_triton_gpu_forward_realistic_shapes(case):
+    n, c, h, k, ks, s, p = case
+    rng = np.random.default_rng(46)
+    x, w = rand(rng, n, c, h, h), rand(rng, k, c, ks, ks, scale=(1.0 / (c * ks * ks)) ** 0.5)
+    g = rx.Graph()
+    g.output("y", g.conv(g.input("x", x.shape), g.param("w", w), stride=s, padding=p))
+    exe = rx.compile(g, device="cuda")
+    out = exe.run({"x": torch.from_numpy(x).cuda()}, return_tensors=True)["y"]
+    exact = torch.nn.functional.conv2d(torch.from_numpy(x).cuda().double(), torch.from_numpy(w).cuda().double(),
+                                       stride=s, padding=p)
+    scale = exact.abs().max().item()
+    assert (out.double() - exact).abs().max().item() <= 5e-3 * scale
