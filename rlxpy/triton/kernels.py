@@ -160,7 +160,7 @@ def pool2d(x_ptr, y_ptr, total, H, W, OH, OW,
             ww = tl.minimum(w0 + KW, W + EW) - w0
             acc = acc / (hh * ww).to(tl.float32)
         else:
-            acc = acc / cnt.to(tl.float32)
+            acc = acc / tl.maximum(cnt, 1).to(tl.float32)   # lanes past the end have no taps
     tl.store(y_ptr + offs, acc, mask=ok)
 
 

@@ -1,0 +1,123 @@
+"""rlxpy's Triton kernels vs PyTorch's CUDA convolution on the same GPU.
+
+    python bench/triton_suite.py [--batches 1,32] [--simple]
+
+Each kernel is timed with triton.testing.do_bench (median after warm-up) on arena views,
+without host copies; PyTorch runs F.conv2d / torch.nn.grad with cuDNN, TF32 allowed (the
+implicit GEMM's tl.dot is TF32 too). Prints TFLOP/s and the ratio torch_time / rlx_time
+(> 1: rlxpy faster), plus the max error of each against a float64 result.
+"""
+import argparse
+import os
+
+import numpy as np
+import torch
+import triton.testing
+
+import rlxpy as rx
+
+F = torch.nn.functional
+CASES = [  # name, C_in, H, C_out, k, stride, pad
+    ("ResNet-18 stem", 3, 224, 64, 7, 2, 3),
+    ("3x3 64@56", 64, 56, 64, 3, 1, 1),
+    ("3x3 s2 64->128", 64, 56, 128, 3, 2, 1),
+    ("3x3 128@28", 128, 28, 128, 3, 1, 1),
+    ("3x3 256@14", 256, 14, 256, 3, 1, 1),
+    ("3x3 512@7", 512, 7, 512, 3, 1, 1),
+    ("1x1 s2 downsample", 64, 56, 128, 1, 2, 0),
+    ("pointwise 1x1", 144, 56, 24, 1, 1, 0),
+]
+
+
+def kernel_of(exe, inputs):
+    """The first thunk's launcher and an arena holding the inputs: times the kernel alone."""
+    plan, calls = exe._plan_for(exe.check_inputs(inputs))
+    arena = exe._acquire(plan)
+    for name, (off, shape) in plan.inputs.items():
+        exe._view(arena, off, shape).copy_(inputs[name])
+    fn, rec = calls[0]
+    out_off, out_shape = next(iter(plan.outputs.values()))
+    return (lambda: fn(rec, arena)), (lambda: exe._view(arena, out_off, out_shape)), rec
+
+
+def rel_err(a, exact):
+    return ((a.double() - exact).abs().max() / exact.abs().max()).item()
+
+
+def bench_forward(name, n, c, h, k, ks, s, p, with_simple):
+    torch.manual_seed(0)
+    x = torch.randn(n, c, h, h, device="cuda")
+    w = torch.randn(k, c, ks, ks, device="cuda") / (c * ks * ks) ** 0.5
+    g = rx.Graph()
+    g.output("y", g.conv(g.input("x", tuple(x.shape)), g.param("w", w.cpu().numpy()), stride=s, padding=p))
+    exact = F.conv2d(x.double(), w.double(), stride=s, padding=p)
+    flops = 2 * exact.numel() * c * ks * ks
+    rows = []
+    torch_ms = triton.testing.do_bench(lambda: F.conv2d(x, w, stride=s, padding=p))
+    torch_err = rel_err(F.conv2d(x, w, stride=s, padding=p), exact)
+    for algo in (["igemm", "simple"] if with_simple else ["igemm"]):
+        os.environ["RLX_TRITON_ALGO"] = algo
+        exe = rx.compile(g, device="cuda")
+        launch, out, rec = kernel_of(exe, {"x": x})
+        launch()
+        err = rel_err(out(), exact)
+        ms = triton.testing.do_bench(launch)
+        rows.append((f"{name} N={n}", rec.algo, ms, torch_ms, flops, err, torch_err))
+    return rows
+
+
+def bench_backward(n, with_simple):
+    c = k = 64
+    h, ks, p = 56, 3, 1
+    torch.manual_seed(0)
+    x = torch.randn(n, c, h, h, device="cuda")
+    w = torch.randn(k, c, ks, ks, device="cuda") / (c * ks * ks) ** 0.5
+    dy = torch.randn(n, k, h, h, device="cuda")
+    flops = 2 * n * k * h * h * c * ks * ks
+    rows = []
+    for kind in ("backward input", "backward weight"):
+        g = rx.Graph()
+        if kind == "backward input":
+            g.output("d", g.conv2d_backward_input(g.input("dy", tuple(dy.shape)), g.param("w", w.cpu().numpy()),
+                                                  (None, c, h, h), padding=p))
+            inputs = {"dy": dy}
+            ref = lambda: torch.nn.grad.conv2d_input(x.shape, w, dy, padding=p)  # noqa: E731
+            exact = torch.nn.grad.conv2d_input(x.shape, w.double(), dy.double(), padding=p)
+        else:
+            g.output("d", g.conv2d_backward_weight(g.input("x", tuple(x.shape)), g.input("dy", tuple(dy.shape)), ks,
+                                                   padding=p))
+            inputs = {"x": x, "dy": dy}
+            ref = lambda: torch.nn.grad.conv2d_weight(x, w.shape, dy, padding=p)  # noqa: E731
+            exact = torch.nn.grad.conv2d_weight(x.double(), w.shape, dy.double(), padding=p)
+        torch_ms = triton.testing.do_bench(ref)
+        exe = rx.compile(g, device="cuda")
+        launch, out, rec = kernel_of(exe, inputs)
+        launch()
+        err = rel_err(out(), exact)
+        ms = triton.testing.do_bench(launch, warmup=5, rep=50) if with_simple or n == 1 else float("nan")
+        rows.append((f"3x3 64@56 {kind} N={n}", rec.algo, ms, torch_ms, flops, err, rel_err(ref(), exact)))
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batches", default="1,32")
+    ap.add_argument("--simple", action="store_true", help="also time the simple (reference) kernels")
+    args = ap.parse_args()
+    torch.backends.cudnn.allow_tf32 = True
+    torch.backends.cuda.matmul.allow_tf32 = True
+    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
+    print("| case | rlx kernel | rlx ms | torch ms | rlx TFLOP/s | torch TFLOP/s | torch/rlx | rlx rel err | torch rel err |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for n in [int(b) for b in args.batches.split(",")]:
+        rows = []
+        for case in CASES:
+            rows += bench_forward(case[0], n, *case[1:], with_simple=args.simple and n == 1)
+        rows += bench_backward(n, args.simple)
+        for name, algo, ms, tms, flops, err, terr in rows:
+            print(f"| {name} | {algo} | {ms:.4f} | {tms:.4f} | {flops / ms / 1e9:.2f} | {flops / tms / 1e9:.2f} | "
+                  f"{tms / ms:.3f} | {err:.1e} | {terr:.1e} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
