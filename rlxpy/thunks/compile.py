@@ -104,7 +104,7 @@ def compile_conv(node: Node, ctx: LowerCtx) -> R.Record:
     io = dict(x_off=x, w_off=w, b_off=_bias_id(node), y_off=node.output)
     if is_pointwise(g):
         ch = algos.choose_conv2d_1x1(g, ctx.config, ctx.threads)
-        return R.Conv2D1x1(algo=ch.algo, why=ch.why, tile=ch.tile, **io, **g)
+        return R.Conv2D1x1(algo=ch.algo, why=ch.why, tile=ch.tile, weight_const=w in ctx.params, **io, **g)
     ch = algos.choose_conv2d(g, ctx.config, ctx.threads, ctx.slots)
     const = w in ctx.params
     # A param's Winograd transform is computed once per arena; an input weight's every run.

@@ -56,6 +56,7 @@ class Conv2D1x1(ConvGeometry):
     b_off: int
     y_off: int
     tile: int          # output columns per GEMM tile
+    weight_const: bool  # the weight is a param (a device may cache a re-arranged copy)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,7 @@ the GPU-side reference; `igemm`: implicit GEMM on tl.dot), resolve() returns the
 from __future__ import annotations
 
 import os
+import weakref
 from dataclasses import replace
 from typing import Callable, Dict, Tuple, Type
 
@@ -19,8 +20,9 @@ EXEC: Dict[Tuple[Type[R.Record], str], Callable] = {}
 ALGO_ENV = "RLX_TRITON_ALGO"
 BLOCK_OW = 64
 BLOCK = 256
-IGEMM_BLOCKS = dict(BLOCK_M=128, BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=3)
-IGEMM_MIN_CIN = 8   # below this many input channels per group the tl.dot tiles are mostly padding
+IGEMM_BLOCKS = dict(BLOCK_M=128, BLOCK_N=64, BLOCK_K=32)  # the interpreter's fixed tile
+IGEMM_MIN_CIN = 8
+INTERPRET = os.environ.get("TRITON_INTERPRET", "") == "1"   # below this many input channels per group the tl.dot tiles are mostly padding
 
 
 def runs(record_type, algo):
@@ -103,15 +105,38 @@ def conv2d_simple(rec, arena):
                            c, h, w, k, oh, ow, tiles, HAS_BIAS=rec.b_off >= 0, BLOCK_OW=BLOCK_OW, **_geometry(rec))
 
 
+# arena -> {weight offset: re-arranged weights}; an entry goes when its arena does
+_WEIGHTS_T: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _weights_t(rec, arena):
+    """The weights as wt [KH, KW, C_IN/G, C_OUT] (contiguous along output channels). A
+    param's copy is made once per arena; a weight that is a graph input is redone each run."""
+    cached = _WEIGHTS_T.setdefault(arena, {}) if rec.weight_const else {}
+    if rec.w_off in cached:
+        return cached[rec.w_off]
+    k, cg = rec.y_shape[1], rec.x_shape[1] // rec.groups
+    w = at(arena, rec.w_off)[:k * cg * rec.kernel[0] * rec.kernel[1]].view(k, cg, *rec.kernel)
+    cached[rec.w_off] = wt = w.permute(2, 3, 1, 0).contiguous()
+    return wt
+
+
 @runs(R.Conv2D, "igemm")
 @runs(R.Conv2D1x1, "igemm")
 def conv2d_igemm(rec, arena):
     n, c, h, w = rec.x_shape
     _, k, oh, ow = rec.y_shape
-    blocks = dict(IGEMM_BLOCKS)
-    grid = (triton.cdiv(n * oh * ow, blocks["BLOCK_M"]), triton.cdiv(k // rec.groups, blocks["BLOCK_N"]), rec.groups)
-    K.conv2d_igemm[grid](at(arena, rec.x_off), at(arena, rec.w_off), _bias(rec, arena), at(arena, rec.y_off),
-                         n, c, h, w, k, oh, ow, HAS_BIAS=rec.b_off >= 0, **_geometry(rec), **blocks)
+    args = (at(arena, rec.x_off), _weights_t(rec, arena), _bias(rec, arena), at(arena, rec.y_off), n, c, h, w, k, oh, ow)
+    if INTERPRET:
+        blocks = dict(IGEMM_BLOCKS)
+        grid = (triton.cdiv(n * oh * ow, blocks["BLOCK_M"]), triton.cdiv(k // rec.groups, blocks["BLOCK_N"]),
+                rec.groups)
+        K.conv2d_igemm[grid](*args, HAS_BIAS=rec.b_off >= 0, **_geometry(rec), **blocks)
+    else:
+        def grid(meta):
+            return (triton.cdiv(n * oh * ow, meta["BLOCK_M"]), triton.cdiv(k // rec.groups, meta["BLOCK_N"]),
+                    rec.groups)
+        K.conv2d_igemm_tuned[grid](*args, HAS_BIAS=rec.b_off >= 0, **_geometry(rec))
 
 
 def launch_backward(arena, rec_geometry, x_off, w_off, dy_off, dx_off, dw_off):
