@@ -105,14 +105,22 @@ def conv2d_simple(rec, arena):
                            c, h, w, k, oh, ow, tiles, HAS_BIAS=rec.b_off >= 0, BLOCK_OW=BLOCK_OW, **_geometry(rec))
 
 
-# arena -> {weight offset: re-arranged weights}; an entry goes when its arena does
-_WEIGHTS_T: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+# id(arena) -> {weight offset: re-arranged weights}; an entry goes when its arena does
+_WEIGHTS_T: Dict[int, dict] = {}
+
+
+def _arena_cache(arena) -> dict:
+    key = id(arena)
+    if key not in _WEIGHTS_T:
+        _WEIGHTS_T[key] = {}
+        weakref.finalize(arena, _WEIGHTS_T.pop, key, None)
+    return _WEIGHTS_T[key]
 
 
 def _weights_t(rec, arena):
     """The weights as wt [KH, KW, C_IN/G, C_OUT] (contiguous along output channels). A
     param's copy is made once per arena; a weight that is a graph input is redone each run."""
-    cached = _WEIGHTS_T.setdefault(arena, {}) if rec.weight_const else {}
+    cached = _arena_cache(arena) if rec.weight_const else {}
     if rec.w_off in cached:
         return cached[rec.w_off]
     k, cg = rec.y_shape[1], rec.x_shape[1] // rec.groups
