@@ -103,6 +103,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--batches", default="1,32")
     ap.add_argument("--simple", action="store_true", help="also time the simple (reference) kernels")
+    ap.add_argument("--no-backward", action="store_true", help="forward cases only")
     args = ap.parse_args()
     torch.backends.cudnn.allow_tf32 = True
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -113,7 +114,8 @@ def main():
         rows = []
         for case in CASES:
             rows += bench_forward(case[0], n, *case[1:], with_simple=args.simple and n == 1)
-        rows += bench_backward(n, args.simple)
+        if not args.no_backward:
+            rows += bench_backward(n, args.simple)
         for name, algo, ms, tms, flops, err, terr in rows:
             print(f"| {name} | {algo} | {ms:.4f} | {tms:.4f} | {flops / ms / 1e9:.2f} | {flops / tms / 1e9:.2f} | "
                   f"{tms / ms:.3f} | {err:.1e} | {terr:.1e} |", flush=True)

@@ -134,7 +134,9 @@ def _weights_t(rec, arena):
 def conv2d_igemm(rec, arena):
     n, c, h, w = rec.x_shape
     _, k, oh, ow = rec.y_shape
-    args = (at(arena, rec.x_off), _weights_t(rec, arena), _bias(rec, arena), at(arena, rec.y_off), n, c, h, w, k, oh, ow)
+    # channels-last copy of x: the GEMM's A chunks are then contiguous along K
+    xt = at(arena, rec.x_off)[:n * c * h * w].view(n, c, h, w).permute(0, 2, 3, 1).contiguous()
+    args = (xt, _weights_t(rec, arena), _bias(rec, arena), at(arena, rec.y_off), n, c, h, w, k, oh, ow)
     if INTERPRET:
         blocks = dict(IGEMM_BLOCKS)
         grid = (triton.cdiv(n * oh * ow, blocks["BLOCK_M"]), triton.cdiv(k // rec.groups, blocks["BLOCK_N"]),

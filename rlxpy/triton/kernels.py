@@ -79,7 +79,7 @@ def conv2d_backward(x_ptr, w_ptr, dy_ptr, dx_ptr, dw_ptr, C_IN, H, W, C_OUT, OH,
 
 
 @triton.jit
-def conv2d_igemm(x_ptr, wt_ptr, b_ptr, y_ptr, N, C_IN, H, W, C_OUT, OH, OW,
+def conv2d_igemm(xt_ptr, wt_ptr, b_ptr, y_ptr, N, C_IN, H, W, C_OUT, OH, OW,
                  KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
                  PH: tl.constexpr, PW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr,
                  GROUPS: tl.constexpr, CIN_G: tl.constexpr, COUT_G: tl.constexpr, HAS_BIAS: tl.constexpr,
@@ -87,8 +87,8 @@ def conv2d_igemm(x_ptr, wt_ptr, b_ptr, y_ptr, N, C_IN, H, W, C_OUT, OH, OW,
     """Implicit GEMM. Grid (cdiv(N*OH*OW, BLOCK_M), cdiv(C_OUT/G, BLOCK_N), G). The K axis is
     walked tap by tap (kh, kw) and, within a tap, over input channels in BLOCK_K chunks, so
     a chunk of A is x[b, c0:c0+BLOCK_K, ih, iw] for the tile's pixels: no division in the
-    inner loop and a contiguous run of pixels along M. The weights come pre-arranged as
-    wt [KH, KW, C_IN/G, C_OUT], so a chunk of B is contiguous along the output channels."""
+    inner loop. Both operands come re-arranged so that their chunks are contiguous along K
+    (and N): x as xt [N, H, W, C_IN] (channels last), the weights as wt [KH, KW, C_IN/G, C_OUT]."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     g = tl.program_id(2)
@@ -102,21 +102,21 @@ def conv2d_igemm(x_ptr, wt_ptr, b_ptr, y_ptr, N, C_IN, H, W, C_OUT, OH, OW,
     oh = rem // OW
     ow = rem % OW
     co = g * COUT_G + offs_n
-    x_base = (b * C_IN + g * CIN_G) * (H * W)          # [BLOCK_M]
+    x_base = b * (H * W * C_IN) + g * CIN_G             # [BLOCK_M], channels-last
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for kh in tl.static_range(KH):
         ih = oh * SH - PH + kh * DH
         for kw in tl.static_range(KW):
             iw = ow * SW - PW + kw * DW
             pix_ok = m_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
-            a_ptrs = x_ptr + (x_base + ih * W + iw)[:, None] + offs_k[None, :] * (H * W)
+            a_ptrs = xt_ptr + (x_base + (ih * W + iw) * C_IN)[:, None] + offs_k[None, :]
             w_ptrs = wt_ptr + ((kh * KW + kw) * CIN_G + offs_k)[:, None] * C_OUT + co[None, :]
             for c0 in range(0, CIN_G, BLOCK_K):
                 k_ok = offs_k + c0 < CIN_G
                 a = tl.load(a_ptrs, mask=pix_ok[:, None] & k_ok[None, :], other=0.0)
                 bw = tl.load(w_ptrs, mask=k_ok[:, None] & n_ok[None, :], other=0.0)
                 acc += tl.dot(a, bw)
-                a_ptrs += BLOCK_K * H * W
+                a_ptrs += BLOCK_K
                 w_ptrs += BLOCK_K * C_OUT
     if HAS_BIAS:
         acc += tl.load(b_ptr + co, mask=n_ok, other=0.0)[None, :]
@@ -127,8 +127,7 @@ def conv2d_igemm(x_ptr, wt_ptr, b_ptr, y_ptr, N, C_IN, H, W, C_OUT, OH, OW,
 # On a GPU the tile shape is autotuned per conv shape; the interpreter takes one fixed config.
 IGEMM_CONFIGS = [
     triton.Config(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk), num_warps=nw, num_stages=ns)
-    for bm, bn, bk, nw, ns in [(128, 64, 32, 4, 3), (128, 128, 32, 8, 3), (64, 64, 32, 4, 4), (256, 64, 32, 8, 3),
-                               (128, 128, 64, 8, 3)]
+    for bm, bn, bk, nw, ns in [(128, 64, 32, 4, 3), (128, 128, 32, 8, 3), (64, 64, 32, 4, 4)]
 ]
 conv2d_igemm_tuned = triton.autotune(IGEMM_CONFIGS, key=["N", "C_IN", "H", "W", "C_OUT", "OH", "OW"])(conv2d_igemm)
 
