@@ -6,6 +6,7 @@ from numba import prange
 
 from .conv3d import fill_bias
 from .gemm import sgemm
+from .im2col import valid_range
 from .jit import kernel, parallel_kernel, u
 
 
@@ -58,15 +59,6 @@ def conv2d_direct(x, w, b, y, ph, pw, groups):
                             yf[u(yrow + ow)] += wv * xf[u(xrow + ow)]
 
 
-@kernel
-def _axis_range(O, L, start, step):
-    """[lo, hi): the outputs o with 0 <= o*step + start < L."""
-    lo = 0 if start >= 0 else (-start + step - 1) // step
-    hi = 0 if L - start <= 0 else (L - start + step - 1) // step
-    hi = min(hi, O)
-    return lo, max(lo, hi)
-
-
 @parallel_kernel
 def conv2d_depthwise(x, w, b, y, sh, sw, ph, pw, dh, dw):
     """groups == C_in == C_out: each channel is its own single-channel conv, a few taps per
@@ -83,11 +75,11 @@ def conv2d_depthwise(x, w, b, y, sh, sw, ph, pw, dh, dw):
         for i in range(OH * OW):
             yf[u(yo + i)] = bias
         for kh in range(KH):
-            oh_lo, oh_hi = _axis_range(OH, H, kh * dh - ph, sh)
+            oh_lo, oh_hi = valid_range(OH, H, kh * dh - ph, sh)
             for kw in range(KW):
                 wv = wf[u((c * KH + kh) * KW + kw)]
                 start = kw * dw - pw
-                ow_lo, ow_hi = _axis_range(OW, W, start, sw)
+                ow_lo, ow_hi = valid_range(OW, W, start, sw)
                 for oh in range(oh_lo, oh_hi):
                     yrow = yo + oh * OW
                     xrow = xo + (oh * sh - ph + kh * dh) * W + start   # + ow*sw >= 0 for ow >= ow_lo

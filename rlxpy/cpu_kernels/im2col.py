@@ -24,8 +24,9 @@ def im2col_naive(x, cols, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw):
 
 
 @kernel
-def _valid_range(OW, W, start, step):
-    """The ow range [lo, hi) for which 0 <= ow*step + start < W."""
+def valid_range(OW, W, start, step):
+    """The range [lo, hi) of o in [0, OW) for which 0 <= o*step + start < W (outputs whose
+    input, or taps whose position, falls inside an axis of length W)."""
     lo = 0 if start >= 0 else (-start + step - 1) // step
     hi = 0 if W - start <= 0 else (W - start + step - 1) // step
     hi = min(hi, OW)
@@ -49,7 +50,7 @@ def fill_columns(x, n, c0, Cg, r0, r1, cols, KD, KH, KW, sd, sh, sw, pd, ph, pw,
                 for kw in range(KW):
                     row = ((c * KD + kd) * KH + kh) * KW + kw
                     start = kw * dw - pw
-                    lo, hi = _valid_range(OW, W, start, sw)
+                    lo, hi = valid_range(OW, W, start, sw)
                     for r in range(r0, r1):
                         od = r // OH
                         oh = r - od * OH

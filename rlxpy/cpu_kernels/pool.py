@@ -3,6 +3,7 @@ and their parallel versions (parallel over the N*C planes, which are independent
 import numpy as np
 from numba import prange
 
+from .im2col import valid_range
 from .jit import kernel, parallel_kernel, u
 
 
@@ -73,14 +74,6 @@ def pool_naive(x, y, is_max, KD, KH, KW, sd, sh, sw, pd, ph, pw, ed, eh, ew, dd,
 
 
 @kernel
-def _taps(start, step, K, L):
-    """[lo, hi): the taps k with 0 <= start + k*step < L."""
-    lo = 0 if start >= 0 else (-start + step - 1) // step
-    hi = 0 if L - start <= 0 else (L - start + step - 1) // step
-    return lo, max(lo, min(hi, K))
-
-
-@kernel
 def _fast_plane(xf, yf, p, is_max, D, H, W, OD, OH, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, ed, eh, ew,
                 dd, dh, dw, count_include_pad):
     """Plane p of flat x and y: the same windows and rules as the reference, with tap ranges
@@ -89,13 +82,13 @@ def _fast_plane(xf, yf, p, is_max, D, H, W, OD, OH, OW, KD, KH, KW, sd, sh, sw, 
     xo, yo = p * D * H * W, p * OD * OH * OW
     for od in range(OD):
         z0 = od * sd - pd
-        zl, zh = _taps(z0, dd, KD, D)
+        zl, zh = valid_range(KD, D, z0, dd)
         for oh in range(OH):
             y0 = oh * sh - ph
-            yl, yh = _taps(y0, dh, KH, H)
+            yl, yh = valid_range(KH, H, y0, dh)
             for ow in range(OW):
                 x0 = ow * sw - pw
-                xl, xh = _taps(x0, dw, KW, W)
+                xl, xh = valid_range(KW, W, x0, dw)
                 acc = np.float32(-np.inf) if is_max else np.float32(0.0)
                 for kd in range(zl, zh):
                     for kh in range(yl, yh):

@@ -45,7 +45,7 @@ def parallel(family: str, config: Config, why: str = "parallel over the N*C plan
     return Choice("parallel", why)
 
 
-def _capped(family: str, choice: Choice) -> Choice:
+def _capped(choice: Choice) -> Choice:
     if choice.scratch <= SCRATCH_CAP_BYTES:
         return choice
     return Choice("naive", f"{choice.algo} would need {choice.scratch} bytes of scratch "
@@ -83,7 +83,7 @@ def im2col_choice(g: dict, threads: int, slots: int, why: str) -> Choice:
     if n * groups < threads and kg * ck >= (1 << 20):   # weights over 4 MiB: split them, not the columns
         k_blocks = _split(n * groups, threads, kg)
     tile = _row_tiles(rows, row_len, ck, n * groups * k_blocks, threads)
-    return _capped("conv", Choice("im2col", why, slots * 4 * ck * tile * row_len, tile, k_blocks))
+    return _capped(Choice("im2col", why, slots * 4 * ck * tile * row_len, tile, k_blocks))
 
 
 def _winograd_block(tiles: int) -> int:
@@ -137,7 +137,7 @@ def choose_conv2d(g: dict, config: Config, threads: int, slots: int) -> Choice:
         block = _winograd_block(tiles)
         k_blocks = _split(ceil(tiles / block), threads, max(1, k // 32))
         kb = ceil(k / k_blocks)
-        return _capped("conv2d", Choice("winograd", "RLX_WINOGRAD on: 3x3, stride 1, dilation 1, groups 1",
+        return _capped(Choice("winograd", "RLX_WINOGRAD on: 3x3, stride 1, dilation 1, groups 1",
                                         slots * 4 * 16 * block * (c + kb), block, k_blocks,
                                         aux=64 + 4 * 16 * k * c))
     passed.append(_not_taken("winograd", "RLX_WINOGRAD", config.winograd, wino))
@@ -179,7 +179,7 @@ def choose_col2im(family: str, g: dict, config: Config, threads: int, slots: int
         pin, out_per_group = prod(y[2:]), cg
     k_blocks = _split(n * groups, threads, out_per_group)
     kb = ceil(out_per_group / k_blocks)
-    return _capped(family, Choice("col2im", "GEMM into columns + col2im", slots * 4 * kb * kk * pin,
+    return _capped(Choice("col2im", "GEMM into columns + col2im", slots * 4 * kb * kk * pin,
                                   k_blocks=k_blocks))
 
 
@@ -190,5 +190,5 @@ def choose_conv2d_backward_weight(g: dict, config: Config, threads: int, slots: 
     ck = cg * kk
     tile = _row_tiles(y[2], y[3], ck, x[0] * g["groups"], threads)
     scratch = slots * 4 * (y[1] * ck + ck * tile * y[3])
-    return _capped("conv2d_backward_weight", Choice("im2col", "im2col + GEMM accumulated per worker",
+    return _capped(Choice("im2col", "im2col + GEMM accumulated per worker",
                                                     scratch, tile))

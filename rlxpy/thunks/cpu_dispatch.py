@@ -96,20 +96,27 @@ def conv2d_backward_weight_reference(rec, arena):
         *rec.stride, *rec.pad_begin, *rec.dilation, rec.groups)
 
 
+def pool_args(rec, arena):
+    return (view(arena, rec.x_off, as5d(rec.x_shape)), view(arena, rec.y_off, as5d(rec.y_shape)),
+            rec.kind == "max", *pad3(rec.kernel, 1), *pad3(rec.stride, 1), *pad3(rec.pad_begin, 0),
+            *pad3(rec.pad_end, 0), *pad3(rec.dilation, 1), rec.count_include_pad)
+
+
+def max_pool_backward_args(rec, arena):
+    return (view(arena, rec.x_off, as5d(rec.x_shape)), view(arena, rec.dy_off, as5d(rec.y_shape)),
+            view(arena, rec.dx_off, as5d(rec.x_shape)), *pad3(rec.kernel, 1), *pad3(rec.stride, 1),
+            *pad3(rec.pad_begin, 0), *pad3(rec.dilation, 1))
+
+
 @runs(R.Pool2D, "naive")
 @runs(R.Pool3D, "naive")
 def pool_reference(rec, arena):
-    pool.pool_naive(view(arena, rec.x_off, as5d(rec.x_shape)), view(arena, rec.y_off, as5d(rec.y_shape)),
-                    rec.kind == "max", *pad3(rec.kernel, 1), *pad3(rec.stride, 1), *pad3(rec.pad_begin, 0),
-                    *pad3(rec.pad_end, 0), *pad3(rec.dilation, 1), rec.count_include_pad)
+    pool.pool_naive(*pool_args(rec, arena))
 
 
 @runs(R.MaxPool2dBackward, "naive")
 def max_pool2d_backward_reference(rec, arena):
-    pool.max_pool_backward_naive(
-        view(arena, rec.x_off, as5d(rec.x_shape)), view(arena, rec.dy_off, as5d(rec.y_shape)),
-        view(arena, rec.dx_off, as5d(rec.x_shape)), *pad3(rec.kernel, 1), *pad3(rec.stride, 1),
-        *pad3(rec.pad_begin, 0), *pad3(rec.dilation, 1))
+    pool.max_pool_backward_naive(*max_pool_backward_args(rec, arena))
 
 
 @runs(R.Im2Col, "naive")
@@ -207,17 +214,12 @@ def conv2d_backward_weight_im2col(rec, arena):
 @runs(R.Pool2D, "parallel")
 @runs(R.Pool3D, "parallel")
 def pool_parallel(rec, arena):
-    pool.pool_parallel(view(arena, rec.x_off, as5d(rec.x_shape)), view(arena, rec.y_off, as5d(rec.y_shape)),
-                       rec.kind == "max", *pad3(rec.kernel, 1), *pad3(rec.stride, 1), *pad3(rec.pad_begin, 0),
-                       *pad3(rec.pad_end, 0), *pad3(rec.dilation, 1), rec.count_include_pad)
+    pool.pool_parallel(*pool_args(rec, arena))
 
 
 @runs(R.MaxPool2dBackward, "parallel")
 def max_pool2d_backward_parallel(rec, arena):
-    pool.max_pool_backward_parallel(
-        view(arena, rec.x_off, as5d(rec.x_shape)), view(arena, rec.dy_off, as5d(rec.y_shape)),
-        view(arena, rec.dx_off, as5d(rec.x_shape)), *pad3(rec.kernel, 1), *pad3(rec.stride, 1),
-        *pad3(rec.pad_begin, 0), *pad3(rec.dilation, 1))
+    pool.max_pool_backward_parallel(*max_pool_backward_args(rec, arena))
 
 
 @runs(R.Im2Col, "parallel")
