@@ -59,25 +59,51 @@ def conv2d_direct(x, w, b, y, ph, pw, groups):
                             yf[u(yrow + ow)] += wv * xf[u(xrow + ow)]
 
 
+@kernel
+def _row_taps3(yf, xf, wf, wbase, yrow, xrow, pw, ow_from, ow_to, W):
+    """Taps kw = 0..2 of one output row for outputs [ow_from, ow_to), each tested against the
+    row's ends (the clipped columns): output ow reads input column ow - pw + kw."""
+    for ow in range(ow_from, ow_to):
+        for kw in range(3):
+            ix = ow - pw + kw
+            if 0 <= ix < W:
+                yf[u(yrow + ow)] += wf[u(wbase + kw)] * xf[u(xrow + pw + ix)]
+
+
 @parallel_kernel
-def conv2d_depthwise(x, w, b, y, sh, sw, ph, pw, dh, dw):
-    """groups == C_in == C_out: each channel is its own single-channel conv, a few taps per
-    output, so im2col (K = kh*kw) would be mostly copying. Parallel over (image, channel);
-    the plane stays in L1 while every tap is added into it."""
+def conv2d_depthwise(x, w, b, y, sh, sw, ph, pw, dh, dw, groups):
+    """One input channel per group (C_in/groups == 1: depthwise, with any channel multiplier,
+    and single-channel inputs): every output plane is a single-channel conv with a few taps,
+    so im2col (K = kh*kw) would be mostly copying. Parallel over (image, output channel);
+    the plane stays in L1 while the taps are added into it, three at a time along a row
+    when the kernel is 3 wide at stride 1."""
     N, C, H, W = x.shape
-    KH, KW = w.shape[2], w.shape[3]
+    K, _, KH, KW = w.shape
     OH, OW = y.shape[2], y.shape[3]
+    Kg = K // groups
     xf, yf, wf = x.reshape(x.size), y.reshape(y.size), w.reshape(w.size)
-    for it in prange(N * C):
-        c = it % C
-        xo, yo = it * H * W, it * OH * OW
-        bias = b[c] if b.size > 0 else np.float32(0.0)
+    for it in prange(N * K):
+        n = it // K
+        k = it - n * K
+        xo, yo = (n * C + k // Kg) * H * W, it * OH * OW
+        bias = b[k] if b.size > 0 else np.float32(0.0)
         for i in range(OH * OW):
             yf[u(yo + i)] = bias
         for kh in range(KH):
             oh_lo, oh_hi = valid_range(OH, H, kh * dh - ph, sh)
+            if KW == 3 and sw == 1 and dw == 1:
+                w0, w1, w2 = wf[u((k * KH + kh) * 3)], wf[u((k * KH + kh) * 3 + 1)], wf[u((k * KH + kh) * 3 + 2)]
+                lo, hi = valid_range(OW, W - 2, -pw, 1)       # all three taps inside the row
+                for oh in range(oh_lo, oh_hi):
+                    yrow = yo + oh * OW
+                    xrow = xo + (oh * sh - ph + kh * dh) * W - pw   # + ow >= 0 for ow >= lo
+                    for ow in range(lo, hi):
+                        yf[u(yrow + ow)] += w0 * xf[u(xrow + ow)] + w1 * xf[u(xrow + ow + 1)] + w2 * xf[u(xrow + ow + 2)]
+                    _row_taps3(yf, xf, wf, (k * KH + kh) * 3, yrow, xrow, pw, 0, min(lo, OW), W)
+                    _row_taps3(yf, xf, wf, (k * KH + kh) * 3, yrow, xrow, pw, max(lo, hi), OW, W)
+                continue
             for kw in range(KW):
-                wv = wf[u((c * KH + kh) * KW + kw)]
+                wv = wf[u((k * KH + kh) * KW + kw)]
                 start = kw * dw - pw
                 ow_lo, ow_hi = valid_range(OW, W, start, sw)
                 for oh in range(oh_lo, oh_hi):

@@ -168,7 +168,7 @@ def conv_direct(rec, arena):
 
 @runs(R.Conv2D, "depthwise")
 def conv_depthwise(rec, arena):
-    conv2d.conv2d_depthwise(*_conv2d_io(rec, arena), *rec.stride, *rec.pad_begin, *rec.dilation)
+    conv2d.conv2d_depthwise(*_conv2d_io(rec, arena), *rec.stride, *rec.pad_begin, *rec.dilation, rec.groups)
 
 
 @runs(R.Conv2D, "winograd")
