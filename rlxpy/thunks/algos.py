@@ -58,12 +58,17 @@ def _split(items: int, threads: int, limit: int) -> int:
 
 
 def _row_tiles(rows: int, row_len: int, ck: int, items_per_tile: int, threads: int) -> int:
-    """Output rows per column tile: about TILE_BYTES of columns, at least one row, and
-    enough tiles that every thread has one."""
+    """Output rows per column tile: about TILE_BYTES of columns, at least one row, enough
+    tiles that every thread has one, and, where a nearby size allows it, a whole number of
+    items per thread (numba's prange splits its range statically: 7 items on 2 threads
+    run as 4 + 3)."""
     cols = max(64, min(1024, TILE_BYTES // (4 * ck)))
     tile = max(1, min(rows, cols // row_len))
     while tile > 1 and items_per_tile * ceil(rows / tile) < threads:
         tile = ceil(tile / 2)
+    for t in range(tile, max(1, tile // 2) - 1, -1):
+        if items_per_tile * ceil(rows / t) % threads == 0:
+            return t
     return tile
 
 
@@ -154,9 +159,10 @@ def choose_conv2d_1x1(g: dict, config: Config, threads: int) -> Choice:
     if not config.fast_conv:
         return reference("conv2d_1x1", config)
     n, p = g["x_shape"][0], g["x_shape"][2] * g["x_shape"][3]
-    tile = min(p, 256)   # measured on the pointwise bench case: 0.21 ms at 128-256 columns, 0.3-0.8 ms above
-    while tile > 64 and n * ceil(p / tile) < threads:
-        tile = ceil(tile / 2)
+    # about 256 columns a tile (the pointwise bench case: 0.21 ms at 128-256 columns, 0.3-0.8
+    # above), and a whole number of tiles per thread when one image is split
+    per_image = threads * ceil(p / (threads * 256)) if n < threads else ceil(p / 256)
+    tile = ceil(p / per_image)
     return Choice("gemm1x1", "1x1, stride 1, unpadded, groups 1: one GEMM per image", tile=tile)
 
 
