@@ -34,7 +34,7 @@ def expected_conv2d_algo(config, k, stride, dilation, groups, c, kout, pointwise
         return "winograd"
     if config.direct_conv and stride == (1, 1) and dilation == (1, 1):
         return "direct"
-    if groups > 1 and c == groups == kout:
+    if c == groups:              # one input channel per group
         return "depthwise"
     return "im2col"
 
@@ -53,7 +53,9 @@ CONV_CASES = [
     (2, 8, (11, 11), 8, (3, 3), 1, 1, 1, 8, True),             # depthwise
     (1, 16, (15, 14), 16, (5, 5), 2, 2, 1, 16, False),         # depthwise stride 2
     (2, 6, (13, 12), 6, (3, 3), 1, 2, 2, 6, True),             # depthwise dilation 2
-    (1, 1, (9, 9), 4, (3, 3), 1, 0, 1, 1, False),              # C = 1
+    (1, 1, (9, 9), 4, (3, 3), 1, 0, 1, 1, False),              # C = 1 (the per-channel kernel)
+    (2, 1, (10, 9), 3, (2, 3), 2, 1, 1, 1, True),              # C = 1, stride 2
+    (2, 2, (8, 8), 6, (3, 3), 1, 1, 1, 2, True),               # channel multiplier 3
     (3, 6, (12, 11), 4, (3, 3), 1, 2, 2, 1, True),             # dilation 2
     (1, 4, (15, 16), 8, (3, 3), 2, 1, 1, 1, True),             # stride 2
     (3, 3, (11, 10), 5, (2, 2), 3, 0, 1, 1, False),            # stride > kernel

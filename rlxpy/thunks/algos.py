@@ -126,7 +126,9 @@ def direct_reason(g: dict) -> Optional[str]:
 
 
 def is_depthwise(g: dict) -> bool:
-    return g["groups"] > 1 and g["x_shape"][1] == g["groups"] == g["y_shape"][1]
+    """One input channel per group: depthwise (groups == C_in == C_out), channel multipliers,
+    and single-channel inputs such as MNIST's first conv (im2col there has K = kh*kw)."""
+    return g["x_shape"][1] == g["groups"]
 
 
 def choose_conv2d(g: dict, config: Config, threads: int, slots: int) -> Choice:
@@ -151,7 +153,7 @@ def choose_conv2d(g: dict, config: Config, threads: int, slots: int) -> Choice:
         return Choice("direct", "RLX_DIRECT_CONV on: stride 1, dilation 1; " + "; ".join(passed))
     passed.append(_not_taken("direct", "RLX_DIRECT_CONV", config.direct_conv, direct))
     if is_depthwise(g):
-        return Choice("depthwise", "groups == C_in == C_out: per-channel kernel; " + "; ".join(passed))
+        return Choice("depthwise", "one input channel per group: per-channel kernel; " + "; ".join(passed))
     return im2col_choice(g, threads, slots, "im2col+GEMM; " + "; ".join(passed))
 
 
