@@ -80,6 +80,7 @@ BACKWARD = [
     (2, 4, 7, 6, 6, (3, 3), 1, 1, 1, 1),
     (2, 6, 9, 8, 4, (3, 2), 2, ((1, 0), (0, 1)), (2, 1), 2),
     (1, 4, 8, 8, 4, (3, 3), 2, 1, 1, 4),       # depthwise
+    (2, 6, 7, 9, 4, (3, 2), 1, ((2, 0), (1, 1)), (1, 2), 2),   # stride 1, asymmetric pads, dilation
 ]
 
 
@@ -98,8 +99,10 @@ def test_triton_conv_backward_matches_cpu_reference(case):
                                    {"x": x, "dy": dy}, {}, device)
         if device == "cpu":
             ref_dx, ref_dw = dx, dw
-    assert isinstance(exe_dx.thunks[0], R.Conv2dBackwardInput) and exe_dx.thunks[0].algo == "simple"
-    assert_close(dx, ref_dx, 1e-4, "dx")
+    rec = exe_dx.thunks[0]
+    assert isinstance(rec, R.Conv2dBackwardInput)
+    assert rec.algo == ("igemm" if rec.stride == (1, 1) else "simple")
+    assert_close(dx, ref_dx, TOL[rec.algo], "dx")
     assert_close(dw, ref_dw, 1e-4, "dw")
 
 
@@ -263,5 +266,6 @@ def test_triton_gpu_backward_realistic_shapes(n):
     xc, wc, dyc = x.cuda().double(), w.cuda().double(), dy.cuda().double()
     exact_dx = torch.nn.grad.conv2d_input(x.shape, wc, dyc, padding=1)
     exact_dw = torch.nn.grad.conv2d_weight(xc, w.shape, dyc, padding=1)
-    assert (out["dx"].double() - exact_dx).abs().max().item() <= 1e-4 * exact_dx.abs().max().item()
+    # dx runs as an implicit GEMM (TF32), dw on the float32 atomic kernel
+    assert (out["dx"].double() - exact_dx).abs().max().item() <= TOL["igemm"] * exact_dx.abs().max().item()
     assert (out["dw"].double() - exact_dw).abs().max().item() <= 1e-4 * exact_dw.abs().max().item()

@@ -142,7 +142,7 @@ def compile_conv2d_backward_input(node: Node, ctx: LowerCtx) -> R.Record:
     g = conv_geometry(node, ctx, node.output, dy, ctx.shape(w)[2:])
     ch = algos.choose_col2im("conv2d_backward_input", g, ctx.config, ctx.threads, ctx.slots, transposed_in=False)
     return R.Conv2dBackwardInput(**_scratch_fields(ch, ctx), k_blocks=ch.k_blocks, dy_off=dy, w_off=w,
-                                 dx_off=node.output, **g)
+                                 dx_off=node.output, weight_const=w in ctx.params, **g)
 
 
 @compile_rule("Conv2dBackwardWeight")

@@ -103,6 +103,7 @@ class Conv2dBackwardInput(ConvGeometry):
     scratch_off: int
     scratch_bytes: int
     k_blocks: int
+    weight_const: bool  # the weight is a param (a device may cache a re-arranged copy)
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,6 +60,8 @@ class TritonBackend:
                 why = f"{ALGO_ENV}=igemm" if self.preference == "igemm" else "implicit GEMM on tl.dot"
                 return replace(rec, algo="igemm", why=why)
             return replace(rec, algo="simple", why=f"{cin_g} input channel(s) per group: simple kernel")
+        if isinstance(rec, R.Conv2dBackwardInput) and self.preference != "simple" and _dx_as_conv(rec):
+            return replace(rec, algo="igemm", why="stride 1: dx is a conv of dy with flipped weights (implicit GEMM)")
         return replace(rec, algo="simple", why="Triton kernel")
 
     def resolve(self, rec: R.Record) -> Callable:
@@ -147,6 +149,40 @@ def conv2d_igemm(rec, arena):
             return (triton.cdiv(n * oh * ow, meta["BLOCK_M"]), triton.cdiv(k // rec.groups, meta["BLOCK_N"]),
                     rec.groups)
         K.conv2d_igemm_tuned[grid](*args, HAS_BIAS=rec.b_off >= 0, **_geometry(rec))
+
+
+def _dx_as_conv(rec) -> bool:
+    """At stride 1, dx = conv(dy, w flipped and transposed, begin padding d*(k-1) - p):
+    possible when that padding is not negative."""
+    return rec.stride == (1, 1) and all(p <= d * (k - 1) for p, d, k in zip(rec.pad_begin, rec.dilation, rec.kernel))
+
+
+@runs(R.Conv2dBackwardInput, "igemm")
+def conv2d_backward_input_igemm(rec, arena):
+    n, c, h, w = rec.x_shape
+    _, k, oh, ow = rec.y_shape
+    g, (kh, kw), (dh, dw) = rec.groups, rec.kernel, rec.dilation
+    cg, kg = c // g, k // g
+    cached = _arena_cache(arena) if rec.weight_const else {}
+    key = ("dx", rec.w_off)
+    if key not in cached:
+        # w [K, C/g, kh, kw] -> w' [C, K/g, kh, kw] (flipped), stored K-major as [kh, kw, K/g, C]
+        wv = at(arena, rec.w_off)[:k * cg * kh * kw].view(g, kg, cg, kh, kw)
+        wt = wv.flip(3, 4).transpose(1, 2).reshape(c, kg, kh, kw).permute(2, 3, 1, 0).contiguous()
+        cached[key] = wt
+    wt = cached[key]
+    dyt = at(arena, rec.dy_off)[:n * k * oh * ow].view(n, k, oh, ow).permute(0, 2, 3, 1).contiguous()
+    geometry = dict(KH=kh, KW=kw, SH=1, SW=1, PH=dh * (kh - 1) - rec.pad_begin[0], PW=dw * (kw - 1) - rec.pad_begin[1],
+                    DH=dh, DW=dw, GROUPS=g, CIN_G=kg, COUT_G=cg)
+    args = (dyt, wt, dyt, at(arena, rec.dx_off), n, k, oh, ow, c, h, w)
+    if INTERPRET:
+        blocks = dict(IGEMM_BLOCKS)
+        grid = (triton.cdiv(n * h * w, blocks["BLOCK_M"]), triton.cdiv(cg, blocks["BLOCK_N"]), g)
+        K.conv2d_igemm[grid](*args, HAS_BIAS=False, **geometry, **blocks)
+    else:
+        def grid(meta):
+            return (triton.cdiv(n * h * w, meta["BLOCK_M"]), triton.cdiv(cg, meta["BLOCK_N"]), g)
+        K.conv2d_igemm_tuned[grid](*args, HAS_BIAS=False, **geometry)
 
 
 def launch_backward(arena, rec_geometry, x_off, w_off, dy_off, dx_off, dw_off):
