@@ -106,6 +106,7 @@ def main():
     ap.add_argument("--batches", default="1,32")
     ap.add_argument("--simple", action="store_true", help="also time the simple (reference) kernels")
     ap.add_argument("--no-backward", action="store_true", help="forward cases only")
+    ap.add_argument("--only", default="", help="forward cases whose name contains this")
     args = ap.parse_args()
     torch.backends.cudnn.allow_tf32 = True
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -114,7 +115,7 @@ def main():
     print("|---|---|---|---|---|---|---|---|---|")
     for n in [int(b) for b in args.batches.split(",")]:
         rows = []
-        for case in CASES:
+        for case in [c for c in CASES if args.only in c[0]]:
             rows += bench_forward(case[0], n, *case[1:], with_simple=args.simple and n == 1)
         if not args.no_backward:
             rows += bench_backward(n, args.simple)
