@@ -119,18 +119,26 @@ def max_pool2d_backward_reference(rec, arena):
     pool.max_pool_backward_naive(*max_pool_backward_args(rec, arena))
 
 
-@runs(R.Im2Col, "naive")
-def im2col_reference(rec, arena):
+def im2col_args(rec, arena):
     N, C = rec.x_shape[:2]
     rows = (N * rec.out_hw[0] * rec.out_hw[1], C * rec.kernel[0] * rec.kernel[1])
-    im2col.im2col_naive(view(arena, rec.x_off, rec.x_shape), view(arena, rec.y_off, rows), *rec.out_hw,
-                        *rec.kernel, *rec.stride, *rec.pad_begin, *rec.dilation)
+    return (view(arena, rec.x_off, rec.x_shape), view(arena, rec.y_off, rows), *rec.out_hw, *rec.kernel,
+            *rec.stride, *rec.pad_begin, *rec.dilation)
+
+
+def resize_args(rec, arena):
+    N, C, H, W = rec.x_shape
+    return view(arena, rec.x_off, rec.x_shape), view(arena, rec.y_off, (N, C, 2 * H, 2 * W))
+
+
+@runs(R.Im2Col, "naive")
+def im2col_reference(rec, arena):
+    im2col.im2col_naive(*im2col_args(rec, arena))
 
 
 @runs(R.ResizeNearest2x, "naive")
 def resize_nearest2x_reference(rec, arena):
-    N, C, H, W = rec.x_shape
-    resize.resize_nearest2x_naive(view(arena, rec.x_off, rec.x_shape), view(arena, rec.y_off, (N, C, 2 * H, 2 * W)))
+    resize.resize_nearest2x_naive(*resize_args(rec, arena))
 
 
 # --- fast kernels ----------------------------------------------------------------------
@@ -224,14 +232,9 @@ def max_pool2d_backward_parallel(rec, arena):
 
 @runs(R.Im2Col, "parallel")
 def im2col_parallel(rec, arena):
-    N, C = rec.x_shape[:2]
-    rows = (N * rec.out_hw[0] * rec.out_hw[1], C * rec.kernel[0] * rec.kernel[1])
-    im2col.im2col_rows_parallel(view(arena, rec.x_off, rec.x_shape), view(arena, rec.y_off, rows), *rec.out_hw,
-                                *rec.kernel, *rec.stride, *rec.pad_begin, *rec.dilation)
+    im2col.im2col_rows_parallel(*im2col_args(rec, arena))
 
 
 @runs(R.ResizeNearest2x, "parallel")
 def resize_nearest2x_parallel(rec, arena):
-    N, C, H, W = rec.x_shape
-    resize.resize_nearest2x_parallel(view(arena, rec.x_off, rec.x_shape),
-                                     view(arena, rec.y_off, (N, C, 2 * H, 2 * W)))
+    resize.resize_nearest2x_parallel(*resize_args(rec, arena))
