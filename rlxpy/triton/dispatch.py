@@ -131,24 +131,34 @@ def _weights_t(rec, arena):
     return wt
 
 
+def _channels_last(arena, off, n, c, h, w):
+    """A channels-last copy of the NCHW tensor at `off`: the GEMM's A chunks are then
+    contiguous along K."""
+    return at(arena, off)[:n * c * h * w].view(n, c, h, w).permute(0, 2, 3, 1).contiguous()
+
+
+def _launch_igemm(xt, wt, bias, y, n, c, h, w, k, oh, ow, has_bias, geometry):
+    """conv2d_igemm over the grid (pixel tiles, output-channel tiles, groups): a fixed tile
+    on the interpreter, autotuned tiles on a GPU."""
+    args = (xt, wt, bias, y, n, c, h, w, k, oh, ow)
+    cout_g, groups = geometry["COUT_G"], geometry["GROUPS"]
+
+    def grid(meta):
+        return triton.cdiv(n * oh * ow, meta["BLOCK_M"]), triton.cdiv(cout_g, meta["BLOCK_N"]), groups
+
+    if INTERPRET:
+        K.conv2d_igemm[grid(IGEMM_BLOCKS)](*args, HAS_BIAS=has_bias, **geometry, **IGEMM_BLOCKS)
+    else:
+        K.conv2d_igemm_tuned[grid](*args, HAS_BIAS=has_bias, **geometry)
+
+
 @runs(R.Conv2D, "igemm")
 @runs(R.Conv2D1x1, "igemm")
 def conv2d_igemm(rec, arena):
     n, c, h, w = rec.x_shape
     _, k, oh, ow = rec.y_shape
-    # channels-last copy of x: the GEMM's A chunks are then contiguous along K
-    xt = at(arena, rec.x_off)[:n * c * h * w].view(n, c, h, w).permute(0, 2, 3, 1).contiguous()
-    args = (xt, _weights_t(rec, arena), _bias(rec, arena), at(arena, rec.y_off), n, c, h, w, k, oh, ow)
-    if INTERPRET:
-        blocks = dict(IGEMM_BLOCKS)
-        grid = (triton.cdiv(n * oh * ow, blocks["BLOCK_M"]), triton.cdiv(k // rec.groups, blocks["BLOCK_N"]),
-                rec.groups)
-        K.conv2d_igemm[grid](*args, HAS_BIAS=rec.b_off >= 0, **_geometry(rec), **blocks)
-    else:
-        def grid(meta):
-            return (triton.cdiv(n * oh * ow, meta["BLOCK_M"]), triton.cdiv(k // rec.groups, meta["BLOCK_N"]),
-                    rec.groups)
-        K.conv2d_igemm_tuned[grid](*args, HAS_BIAS=rec.b_off >= 0, **_geometry(rec))
+    _launch_igemm(_channels_last(arena, rec.x_off, n, c, h, w), _weights_t(rec, arena), _bias(rec, arena),
+                  at(arena, rec.y_off), n, c, h, w, k, oh, ow, rec.b_off >= 0, _geometry(rec))
 
 
 def _dx_as_conv(rec) -> bool:
@@ -168,21 +178,11 @@ def conv2d_backward_input_igemm(rec, arena):
     if key not in cached:
         # w [K, C/g, kh, kw] -> w' [C, K/g, kh, kw] (flipped), stored K-major as [kh, kw, K/g, C]
         wv = at(arena, rec.w_off)[:k * cg * kh * kw].view(g, kg, cg, kh, kw)
-        wt = wv.flip(3, 4).transpose(1, 2).reshape(c, kg, kh, kw).permute(2, 3, 1, 0).contiguous()
-        cached[key] = wt
-    wt = cached[key]
-    dyt = at(arena, rec.dy_off)[:n * k * oh * ow].view(n, k, oh, ow).permute(0, 2, 3, 1).contiguous()
+        cached[key] = wv.flip(3, 4).transpose(1, 2).reshape(c, kg, kh, kw).permute(2, 3, 1, 0).contiguous()
     geometry = dict(KH=kh, KW=kw, SH=1, SW=1, PH=dh * (kh - 1) - rec.pad_begin[0], PW=dw * (kw - 1) - rec.pad_begin[1],
                     DH=dh, DW=dw, GROUPS=g, CIN_G=kg, COUT_G=cg)
-    args = (dyt, wt, dyt, at(arena, rec.dx_off), n, k, oh, ow, c, h, w)
-    if INTERPRET:
-        blocks = dict(IGEMM_BLOCKS)
-        grid = (triton.cdiv(n * h * w, blocks["BLOCK_M"]), triton.cdiv(cg, blocks["BLOCK_N"]), g)
-        K.conv2d_igemm[grid](*args, HAS_BIAS=False, **geometry, **blocks)
-    else:
-        def grid(meta):
-            return (triton.cdiv(n * h * w, meta["BLOCK_M"]), triton.cdiv(cg, meta["BLOCK_N"]), g)
-        K.conv2d_igemm_tuned[grid](*args, HAS_BIAS=False, **geometry)
+    dyt = _channels_last(arena, rec.dy_off, n, k, oh, ow)
+    _launch_igemm(dyt, cached[key], dyt, at(arena, rec.dx_off), n, k, oh, ow, c, h, w, False, geometry)
 
 
 def launch_backward(arena, rec_geometry, x_off, w_off, dy_off, dx_off, dw_off):
