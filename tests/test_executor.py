@@ -83,7 +83,8 @@ def test_shape_errors_found_at_bind_time_name_the_node():
     assert exe.run({"x": np.ones((1, 1, 6, 7), np.float32)})["y"].shape == (1, 1, 2, 3)
 
 
-def test_nan_and_inf_propagate():
+@pytest.mark.parametrize("config", [REFERENCE, rx.Config()], ids=["reference", "fast"])
+def test_nan_and_inf_propagate(config):
     g = rx.Graph()
     x = g.input("x", (1, 1, 4, 4))
     g.output("conv", g.conv(x, g.param("w", np.ones((1, 1, 1, 1), np.float32))))
@@ -91,7 +92,7 @@ def test_nan_and_inf_propagate():
     g.output("avg", g.pool(x, "avg", 2))
     xv = np.zeros((1, 1, 4, 4), np.float32)
     xv[0, 0, 0, 0], xv[0, 0, 3, 3] = np.nan, np.inf
-    out = rx.compile(g, REFERENCE).run({"x": xv})
+    out = rx.compile(g, config).run({"x": xv})
     assert np.isnan(out["conv"][0, 0, 0, 0]) and np.isinf(out["conv"][0, 0, 3, 3])
     assert np.isnan(out["max"][0, 0, 0, 0]) and out["max"][0, 0, 1, 1] == np.inf
     assert np.isnan(out["avg"][0, 0, 0, 0]) and out["avg"][0, 0, 1, 1] == np.inf

@@ -109,6 +109,42 @@ def _fast_plane(xf, yf, p, is_max, D, H, W, OD, OH, OW, KD, KH, KW, sd, sh, sw, 
                 yf[u(yo + (od * OH + oh) * OW + ow)] = acc
 
 
+@kernel
+def _max_into(yf, at, v):
+    m = yf[u(at)]
+    yf[u(at)] = v if (v > m or v != v) else m     # NaN wins, as in the reference
+
+
+@kernel
+def _max_plane2d(xf, yf, p, H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw):
+    """A 2-D max-pool plane a row at a time: each input row in the window is folded into the
+    output row tap by tap, in one pass over the columns whose taps all fall inside the row
+    (no bounds tests there) and tap-tested passes over the few at either end."""
+    xo, yo = p * H * W, p * OH * OW
+    c_lo, c_hi = valid_range(OW, W - (KW - 1) * dw, -pw, sw)
+    for oh in range(OH):
+        yr = yo + oh * OW
+        for ow in range(OW):
+            yf[u(yr + ow)] = np.float32(-np.inf)
+        for kh in range(KH):
+            iy = oh * sh - ph + kh * dh
+            if iy < 0 or iy >= H:
+                continue
+            xr = xo + iy * W
+            for kw in range(KW):
+                start = kw * dw - pw
+                for ow in range(c_lo, c_hi):
+                    _max_into(yf, yr + ow, xf[u(xr + ow * sw + start)])
+                for ow in range(min(c_lo, OW)):
+                    ix = ow * sw + start
+                    if 0 <= ix < W:
+                        _max_into(yf, yr + ow, xf[u(xr + ix)])
+                for ow in range(max(c_lo, c_hi), OW):
+                    ix = ow * sw + start
+                    if 0 <= ix < W:
+                        _max_into(yf, yr + ow, xf[u(xr + ix)])
+
+
 @parallel_kernel
 def pool_parallel(x, y, is_max, KD, KH, KW, sd, sh, sw, pd, ph, pw, ed, eh, ew, dd, dh, dw, count_include_pad):
     """Parallel over the N*C planes."""
@@ -116,8 +152,11 @@ def pool_parallel(x, y, is_max, KD, KH, KW, sd, sh, sw, pd, ph, pw, ed, eh, ew, 
     OD, OH, OW = y.shape[2], y.shape[3], y.shape[4]
     xf, yf = x.reshape(x.size), y.reshape(y.size)
     for p in prange(x.shape[0] * x.shape[1]):
-        _fast_plane(xf, yf, p, is_max, D, H, W, OD, OH, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, ed, eh, ew,
-                    dd, dh, dw, count_include_pad)
+        if is_max and D == 1 and KD == 1:
+            _max_plane2d(xf, yf, p, H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw)
+        else:
+            _fast_plane(xf, yf, p, is_max, D, H, W, OD, OH, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, ed, eh, ew,
+                        dd, dh, dw, count_include_pad)
 
 
 @kernel
