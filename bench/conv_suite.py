@@ -13,6 +13,7 @@ reported as a fraction of it.
 from __future__ import annotations
 
 import argparse
+import gc
 import math
 import os
 import statistics
@@ -216,6 +217,8 @@ def main(argv=None):
     for case in CASES:
         if args.only and args.only not in case[0]:
             continue
+        runners = exes = None
+        gc.collect()            # the previous case's arenas and sessions go before this one is timed
         inputs, params = case_arrays(case, rng)
         runners, exes = {}, {}
         runners["rlx"], exes["rlx"] = rlx_runner(case, inputs, params, base)
