@@ -112,3 +112,14 @@ def test_bad_input_dims_are_refused():
     g = rx.Graph()
     with pytest.raises(ValueError, match="dim 1"):
         g.input("x", (None, 0, 4, 4))
+
+
+def test_dispatch_tables_refuse_a_second_entry_for_a_key():
+    from rlxpy.ir.ops import shape_rule
+    from rlxpy.thunks.compile import compile_rule, lookup
+    with pytest.raises(RuntimeError, match="duplicate shape rule for Conv"):
+        shape_rule("Conv")(lambda *a: None)
+    with pytest.raises(RuntimeError, match="duplicate compile rule for Pool"):
+        compile_rule("Pool")(lambda *a: None)
+    with pytest.raises(NotImplementedError, match="no compile rule for Softmax"):
+        lookup("Softmax")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Tuple
 
+from ..registry import registrar
 from .shape import Dim, Pad, Shape, conv_out, fmt_shape, pool_out, transpose_out
 
 
@@ -89,15 +90,7 @@ class ResizeNearest2xAttrs:
 
 
 INFER: Dict[str, Callable] = {}
-
-
-def shape_rule(op: str):
-    def deco(fn):
-        if op in INFER:
-            raise RuntimeError(f"duplicate shape rule for {op}")
-        INFER[op] = fn
-        return fn
-    return deco
+shape_rule = registrar(INFER, "shape rule")
 
 
 def _conflict(a: Dim, b: Dim) -> bool:

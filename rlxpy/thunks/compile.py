@@ -11,18 +11,11 @@ from typing import Callable, Dict, List, Tuple
 from ..cpu_kernels.config import Config
 from ..ir.graph import Node
 from ..ir.shape import conv_out
+from ..registry import registrar
 from . import algos, records as R
 
 COMPILE: Dict[str, Callable[[Node, "LowerCtx"], R.Record]] = {}
-
-
-def compile_rule(op: str):
-    def deco(fn):
-        if op in COMPILE:
-            raise RuntimeError(f"duplicate compile rule for {op}")
-        COMPILE[op] = fn
-        return fn
-    return deco
+compile_rule = registrar(COMPILE, "compile rule")
 
 
 def lookup(op: str):

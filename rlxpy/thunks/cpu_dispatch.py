@@ -8,21 +8,13 @@ import numpy as np
 
 from ..cpu_kernels import backward, conv2d, conv3d, conv_transpose, gemm, im2col, pool, resize
 from ..cpu_kernels.config import Config
+from ..registry import registrar
 from . import records as R
 from .arena import view
 
 EXEC: Dict[Tuple[Type[R.Record], str], Callable[[R.Record, np.ndarray], None]] = {}
+runs = registrar(EXEC, "CPU kernel")   # @runs(RecordType, algo)
 NO_BIAS = np.zeros(0, np.float32)
-
-
-def runs(record_type, algo: str):
-    def deco(fn):
-        key = (record_type, algo)
-        if key in EXEC:
-            raise RuntimeError(f"duplicate CPU kernel for {record_type.__name__}/{algo}")
-        EXEC[key] = fn
-        return fn
-    return deco
 
 
 def threads(config: Config) -> int:

@@ -13,6 +13,7 @@ from typing import Callable, Dict, Tuple, Type
 import torch
 import triton
 
+from ..registry import registrar
 from ..thunks import records as R
 from . import kernels as K
 
@@ -25,14 +26,7 @@ IGEMM_MIN_CIN = 8
 INTERPRET = os.environ.get("TRITON_INTERPRET", "") == "1"   # below this many input channels per group the tl.dot tiles are mostly padding
 
 
-def runs(record_type, algo):
-    def deco(fn):
-        key = (record_type, algo)
-        if key in EXEC:
-            raise RuntimeError(f"duplicate GPU kernel for {record_type.__name__}/{algo}")
-        EXEC[key] = fn
-        return fn
-    return deco
+runs = registrar(EXEC, "GPU kernel")   # @runs(RecordType, algo)
 
 
 def algo_preference(env=None) -> str:
