@@ -132,7 +132,6 @@ def ort_runner(case, inputs, params, threads):
     name, kind, n, c, h, w, k, ks, s, p, g = case
     if kind not in ("conv", "convT", "conv3d", "maxpool"):
         return None
-    import onnx
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
     x = inputs["x"]

@@ -10,7 +10,6 @@ implicit GEMM's tl.dot is TF32 too). Prints TFLOP/s and the ratio torch_time / r
 import argparse
 import os
 
-import numpy as np
 import torch
 import triton.testing
 

@@ -32,3 +32,20 @@ def assert_close(actual, expected, rtol, what=""):
     scale = max(1.0, float(np.abs(expected).max())) if expected.size else 1.0
     err = float(np.abs(actual.astype(np.float64) - expected).max()) if expected.size else 0.0
     assert err <= rtol * scale, f"{what}: max abs error {err:.3g} > {rtol} * {scale:.3g}"
+
+
+def pairs(padding, n):
+    """Builder padding (an int, per-axis ints or (begin, end) pairs) as n (begin, end) pairs."""
+    if isinstance(padding, int):
+        return ((padding, padding),) * n
+    return tuple(p if isinstance(p, tuple) else (p, p) for p in padding)
+
+
+def torch_pad(x, pads, value=0.0):
+    """Asymmetric padding on the torch side (torch's convs take symmetric padding only);
+    F.pad takes the last axis first."""
+    import torch
+    flat = []
+    for b, e in reversed(pads):
+        flat += [b, e]
+    return torch.nn.functional.pad(x, flat, value=value)

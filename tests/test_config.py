@@ -27,7 +27,6 @@ def test_num_threads_flag():
 
 
 def test_compile_reads_the_environment(monkeypatch):
-    import numpy as np
     g = rx.Graph()
     g.output("y", g.pool(g.input("x", (1, 1, 2, 2)), "max", 2))
     monkeypatch.setenv("RLX_FAST_CONV", "off")

@@ -6,7 +6,7 @@ without torch."""
 import numpy as np
 import pytest
 
-from helpers import assert_close, rand, run_graph
+from helpers import assert_close, pairs, rand, run_graph, torch_pad
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -16,20 +16,6 @@ RTOL = 1e-5  # float64 accumulation on both sides: only the final float32 roundi
 
 def t64(a):
     return torch.from_numpy(np.asarray(a, dtype=np.float64))
-
-
-def pairs(padding, n):
-    if isinstance(padding, int):
-        return ((padding, padding),) * n
-    return tuple(p if isinstance(p, tuple) else (p, p) for p in padding)
-
-
-def torch_pad(x, pads, value=0.0):
-    """F.pad takes the last axis first."""
-    flat = []
-    for b, e in reversed(pads):
-        flat += [b, e]
-    return F.pad(x, flat, value=value)
 
 
 # (N, C, spatial, K, kernel, stride, padding, dilation, groups, bias)

@@ -23,7 +23,7 @@ pytest.importorskip("triton")
 import rlxpy as rx  # noqa: E402
 from rlxpy.thunks import records as R  # noqa: E402
 
-from helpers import REFERENCE, assert_close, rand  # noqa: E402
+from helpers import REFERENCE, assert_close, pairs, rand, torch_pad  # noqa: E402
 
 TOL = {"simple": 1e-4, "igemm": 5e-3 if ON_GPU else 1e-4}
 
@@ -227,10 +227,9 @@ def test_triton_gpu_forward_realistic_shapes(case):
 
 
 def _torch_conv_exact(x, w, b, stride, padding, dilation, groups):
-    pads = [(p, p) if isinstance(p, int) else p for p in (padding if isinstance(padding, tuple) else (padding,) * 2)]
-    xp = torch.nn.functional.pad(x.double(), [pads[1][0], pads[1][1], pads[0][0], pads[0][1]])
-    return torch.nn.functional.conv2d(xp, w.double(), None if b is None else b.double(), stride=stride,
-                                      dilation=dilation, groups=groups)
+    return torch.nn.functional.conv2d(torch_pad(x.double(), pairs(padding, 2)), w.double(),
+                                      None if b is None else b.double(), stride=stride, dilation=dilation,
+                                      groups=groups)
 
 
 @pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU")

@@ -4,6 +4,7 @@ import numpy as np
 from numba import prange
 
 from .gemm import sgemm
+from .im2col import valid_range
 from .jit import kernel, parallel_kernel, u
 
 
@@ -82,8 +83,7 @@ def conv_transpose_col2im(x, w, b, y, sd, sh, sw, pd, ph, pw, dd, dh, dw, groups
                     for kw in range(KW):
                         row = (((kk - k0) * KD + kd) * KH + kh) * KW + kw
                         start = kw * dw - pw
-                        lo = 0 if start >= 0 else (-start + sw - 1) // sw   # ix with 0 <= ix*sw + start < OW
-                        hi = min(W, (OW - start + sw - 1) // sw) if OW - start > 0 else 0
+                        lo, hi = valid_range(W, OW, start, sw)   # ix with 0 <= ix*sw + start < OW
                         for iz in range(D):
                             oz = iz * sd - pd + kd * dd
                             if oz < 0 or oz >= OD:

@@ -14,10 +14,6 @@ Shape = Tuple[Dim, ...]
 Pad = Tuple[int, int]  # (begin, end) padding of one spatial axis
 
 
-def is_static(d: Dim) -> bool:
-    return isinstance(d, int)
-
-
 def numel(shape: Sequence[int]) -> int:
     n = 1
     for d in shape:

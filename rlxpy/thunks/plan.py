@@ -52,7 +52,6 @@ class Plan:
     inputs: Dict[str, Tuple[int, Tuple[int, ...]]]    # name -> (offset, shape)
     outputs: Dict[str, Tuple[int, Tuple[int, ...]]]
     shapes: Dict[int, Tuple[int, ...]]                # value id -> concrete shape
-    value_offsets: Dict[int, int]
     sum_value_bytes: int                              # what an unplanned arena would need
     pool: ArenaPool = field(compare=False, repr=False)
 
@@ -119,6 +118,6 @@ def build_plan(nodes, params, outputs: Dict[str, int], input_shapes, config: Con
         thunks=thunks, arena_bytes=total,
         inputs={name: (offsets[v], shapes[v]) for name, v in in_names.items()},
         outputs={name: (offsets[v], shapes[v]) for name, v in outputs.items()},
-        shapes=shapes, value_offsets={k: v for k, v in offsets.items() if k >= 0},
+        shapes=shapes,
         sum_value_bytes=sum(A.align(max(b.nbytes, 1)) for b in buffers),
         pool=ArenaPool(total, param_slots, tuple((offsets[sid], nb) for sid, nb in persistent)))

@@ -241,7 +241,3 @@ def resize_nearest2x(rec, arena):
     total = 4 * n * c * h * w
     K.resize_nearest2x[_pool_grid(total)](at(arena, rec.x_off), at(arena, rec.y_off), total, h, w, BLOCK=BLOCK)
 
-
-# Record types (and ranks) the GPU can run; compile(..., device="cuda") refuses the rest.
-def supported(rec: R.Record) -> bool:
-    return any(type(rec) is t for t, _ in EXEC)

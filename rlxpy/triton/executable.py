@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import numpy as np
 
@@ -32,10 +32,17 @@ def _import_gpu_stack():
     return torch, torch.device("cpu" if interpret else "cuda")
 
 
+def _no_gpu_kernel(graph: Graph, node) -> Optional[str]:
+    """How a node without a GPU kernel is named in the refusal; None when it has one."""
+    if node.op not in _GPU_OPS:
+        return f"{node.name} ({node.op})"
+    ranks = _GPU_OPS[node.op]
+    rank = len(graph.nodes[node.inputs[0]].shape) if ranks else None
+    return f"{node.name} ({node.op}, rank {rank})" if ranks and rank not in ranks else None
+
+
 def compile_cuda(graph: Graph, config=None, plan_memory: bool = True):
-    refused = [f"{n.name} ({n.op}{'' if _GPU_OPS.get(n.op) is None else f', rank {len(graph.nodes[n.inputs[0]].shape)}'})"
-               for n in graph.nodes
-               if n.op not in _GPU_OPS or (_GPU_OPS[n.op] and len(graph.nodes[n.inputs[0]].shape) not in _GPU_OPS[n.op])]
+    refused = [r for r in (_no_gpu_kernel(graph, n) for n in graph.nodes) if r]
     if refused:
         raise NotImplementedError("compile(..., device='cuda'): no GPU kernel for node(s) " + ", ".join(refused))
     torch, device = _import_gpu_stack()
