@@ -1,19 +1,24 @@
 """rlxpy's Triton kernels vs PyTorch's CUDA convolution on the same GPU.
 
-    python bench/triton_suite.py [--batches 1,32] [--simple]
+    python bench/triton_suite.py [--batches 1,32] [--simple] [--only NAME] [--no-backward] [--nchw]
 
 Each kernel is timed with triton.testing.do_bench (median after warm-up) on arena views,
-without host copies; PyTorch runs F.conv2d / torch.nn.grad with cuDNN, TF32 allowed (the
+without host copies but with whatever the launcher does on the device (the implicit GEMM's
+channels-last copy of x, the zeroing of an atomically accumulated output); PyTorch runs F.conv2d / torch.nn.grad with cuDNN, TF32 allowed (the
 implicit GEMM's tl.dot is TF32 too). Prints TFLOP/s and the ratio torch_time / rlx_time
 (> 1: rlxpy faster), plus the max error of each against a float64 result.
 """
 import argparse
+import functools
 import os
 
 import torch
 import triton.testing
 
 import rlxpy as rx
+
+# median of the timed repeats (do_bench's default is the mean)
+do_bench = functools.partial(triton.testing.do_bench, return_mode="median")
 
 F = torch.nn.functional
 CASES = [  # name, C_in, H, C_out, k, stride, pad
@@ -52,7 +57,7 @@ def bench_forward(name, n, c, h, k, ks, s, p, with_simple):
     exact = F.conv2d(x.double(), w.double(), stride=s, padding=p)
     flops = 2 * exact.numel() * c * ks * ks
     rows = []
-    torch_ms = triton.testing.do_bench(lambda: F.conv2d(x, w, stride=s, padding=p))
+    torch_ms = do_bench(lambda: F.conv2d(x, w, stride=s, padding=p))
     torch_err = rel_err(F.conv2d(x, w, stride=s, padding=p), exact)
     for algo in (["igemm", "simple"] if with_simple else ["igemm"]):
         os.environ["RLX_TRITON_ALGO"] = algo
@@ -60,7 +65,7 @@ def bench_forward(name, n, c, h, k, ks, s, p, with_simple):
         launch, out, rec = kernel_of(exe, {"x": x})
         launch()
         err = rel_err(out(), exact)
-        ms = triton.testing.do_bench(launch)
+        ms = do_bench(launch)
         rows.append((f"{name} N={n}", rec.algo, ms, torch_ms, flops, err, torch_err))
     return rows
 
@@ -88,14 +93,14 @@ def bench_backward(n, with_simple):
             inputs = {"x": x, "dy": dy}
             ref = lambda: torch.nn.grad.conv2d_weight(x, w.shape, dy, padding=p)  # noqa: E731
             exact = torch.nn.grad.conv2d_weight(x.double(), w.shape, dy.double(), padding=p)
-        torch_ms = triton.testing.do_bench(ref)
+        torch_ms = do_bench(ref)
         exe = rx.compile(g, device="cuda")
         launch, out, rec = kernel_of(exe, inputs)
         launch()
         err = rel_err(out(), exact)
         # the atomic (simple) kernels take seconds at batch 32: timed there only with --simple
         timed = with_simple or n == 1 or rec.algo == "igemm"
-        ms = triton.testing.do_bench(launch, warmup=5, rep=50) if timed else float("nan")
+        ms = do_bench(launch, warmup=5, rep=50) if timed else float("nan")
         rows.append((f"3x3 64@56 {kind} N={n}", rec.algo, ms, torch_ms, flops, err, rel_err(ref(), exact)))
     return rows
 
@@ -106,7 +111,11 @@ def main():
     ap.add_argument("--simple", action="store_true", help="also time the simple (reference) kernels")
     ap.add_argument("--no-backward", action="store_true", help="forward cases only")
     ap.add_argument("--only", default="", help="forward cases whose name contains this")
+    ap.add_argument("--nchw", action="store_true", help="implicit GEMM reads NCHW x in place (no channels-last copy)")
     args = ap.parse_args()
+    if args.nchw:
+        from rlxpy.triton import dispatch
+        dispatch.IGEMM_X_NHWC = False
     torch.backends.cudnn.allow_tf32 = True
     torch.backends.cuda.matmul.allow_tf32 = True
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")

@@ -22,8 +22,10 @@ ALGO_ENV = "RLX_TRITON_ALGO"
 BLOCK_OW = 64
 BLOCK = 256
 IGEMM_BLOCKS = dict(BLOCK_M=128, BLOCK_N=64, BLOCK_K=32)  # the interpreter's fixed tile
-IGEMM_MIN_CIN = 8
-INTERPRET = os.environ.get("TRITON_INTERPRET", "") == "1"   # below this many input channels per group the tl.dot tiles are mostly padding
+IGEMM_MIN_CIN = 8    # below this many input channels per group the tl.dot tiles are mostly padding
+IGEMM_X_NHWC = True  # the forward implicit GEMM reads a channels-last copy of x (False: NCHW in place)
+DW_WAVES = 2         # split the weight gradient's pixels so that about this many waves of programs run
+INTERPRET = os.environ.get("TRITON_INTERPRET", "") == "1"
 
 
 runs = registrar(EXEC, "GPU kernel")   # @runs(RecordType, algo)
@@ -56,6 +58,11 @@ class TritonBackend:
             return replace(rec, algo="simple", why=f"{cin_g} input channel(s) per group: simple kernel")
         if isinstance(rec, R.Conv2dBackwardInput) and self.preference != "simple" and _dx_as_conv(rec):
             return replace(rec, algo="igemm", why="stride 1: dx is a conv of dy with flipped weights (implicit GEMM)")
+        if isinstance(rec, R.Conv2dBackwardWeight) and self.preference != "simple":
+            cin_g = rec.x_shape[1] // rec.groups
+            if self.preference == "igemm" or cin_g >= IGEMM_MIN_CIN:
+                return replace(rec, algo="igemm", why="implicit GEMM over the pixels, split-K atomic tile adds")
+            return replace(rec, algo="simple", why=f"{cin_g} input channel(s) per group: simple kernel")
         return replace(rec, algo="simple", why="Triton kernel")
 
     def resolve(self, rec: R.Record) -> Callable:
@@ -113,16 +120,16 @@ def _arena_cache(arena) -> dict:
     return _WEIGHTS_T[key]
 
 
-def _weights_t(rec, arena):
-    """The weights as wt [KH, KW, C_IN/G, C_OUT] (contiguous along output channels). A
-    param's copy is made once per arena; a weight that is a graph input is redone each run."""
+def _weights_k(rec, arena):
+    """The weights as wk [C_OUT, KH, KW, C_IN/G] (contiguous along the GEMM's K). A param's
+    copy is made once per arena; a weight that is a graph input is redone each run."""
     cached = _arena_cache(arena) if rec.weight_const else {}
     if rec.w_off in cached:
         return cached[rec.w_off]
     k, cg = rec.y_shape[1], rec.x_shape[1] // rec.groups
     w = at(arena, rec.w_off)[:k * cg * rec.kernel[0] * rec.kernel[1]].view(k, cg, *rec.kernel)
-    cached[rec.w_off] = wt = w.permute(2, 3, 1, 0).contiguous()
-    return wt
+    cached[rec.w_off] = wk = w.permute(0, 2, 3, 1).contiguous()
+    return wk
 
 
 def _channels_last(arena, off, n, c, h, w):
@@ -131,19 +138,19 @@ def _channels_last(arena, off, n, c, h, w):
     return at(arena, off)[:n * c * h * w].view(n, c, h, w).permute(0, 2, 3, 1).contiguous()
 
 
-def _launch_igemm(xt, wt, bias, y, n, c, h, w, k, oh, ow, has_bias, geometry):
+def _launch_igemm(xt, wk, bias, y, n, c, h, w, k, oh, ow, has_bias, geometry, x_nhwc=True):
     """conv2d_igemm over the grid (pixel tiles, output-channel tiles, groups): a fixed tile
     on the interpreter, autotuned tiles on a GPU."""
-    args = (xt, wt, bias, y, n, c, h, w, k, oh, ow)
+    args = (xt, wk, bias, y, n, c, h, w, k, oh, ow)
     cout_g, groups = geometry["COUT_G"], geometry["GROUPS"]
 
     def grid(meta):
         return triton.cdiv(n * oh * ow, meta["BLOCK_M"]), triton.cdiv(cout_g, meta["BLOCK_N"]), groups
 
     if INTERPRET:
-        K.conv2d_igemm[grid(IGEMM_BLOCKS)](*args, HAS_BIAS=has_bias, **geometry, **IGEMM_BLOCKS)
+        K.conv2d_igemm[grid(IGEMM_BLOCKS)](*args, HAS_BIAS=has_bias, X_NHWC=x_nhwc, **geometry, **IGEMM_BLOCKS)
     else:
-        K.conv2d_igemm_tuned[grid](*args, HAS_BIAS=has_bias, **geometry)
+        K.conv2d_igemm_tuned[grid](*args, HAS_BIAS=has_bias, X_NHWC=x_nhwc, **geometry)
 
 
 @runs(R.Conv2D, "igemm")
@@ -151,8 +158,9 @@ def _launch_igemm(xt, wt, bias, y, n, c, h, w, k, oh, ow, has_bias, geometry):
 def conv2d_igemm(rec, arena):
     n, c, h, w = rec.x_shape
     _, k, oh, ow = rec.y_shape
-    _launch_igemm(_channels_last(arena, rec.x_off, n, c, h, w), _weights_t(rec, arena), _bias(rec, arena),
-                  at(arena, rec.y_off), n, c, h, w, k, oh, ow, rec.b_off >= 0, _geometry(rec))
+    x = _channels_last(arena, rec.x_off, n, c, h, w) if IGEMM_X_NHWC else at(arena, rec.x_off)
+    _launch_igemm(x, _weights_k(rec, arena), _bias(rec, arena), at(arena, rec.y_off), n, c, h, w, k, oh, ow,
+                  rec.b_off >= 0, _geometry(rec), IGEMM_X_NHWC)
 
 
 def _dx_as_conv(rec) -> bool:
@@ -170,14 +178,44 @@ def conv2d_backward_input_igemm(rec, arena):
     cached = _arena_cache(arena) if rec.weight_const else {}
     key = ("dx", rec.w_off)
     if key not in cached:
-        # w [K, C/g, kh, kw] -> w' [C, K/g, kh, kw] (flipped), stored K-major as [kh, kw, K/g, C]
+        # w [K, C/g, kh, kw] -> w' [C, K/g, kh, kw] (flipped), stored K-major as [C, kh, kw, K/g]
         wv = at(arena, rec.w_off)[:k * cg * kh * kw].view(g, kg, cg, kh, kw)
-        cached[key] = wv.flip(3, 4).transpose(1, 2).reshape(c, kg, kh, kw).permute(2, 3, 1, 0).contiguous()
+        cached[key] = wv.flip(3, 4).transpose(1, 2).reshape(c, kg, kh, kw).permute(0, 2, 3, 1).contiguous()
     geometry = dict(KH=kh, KW=kw, SH=1, SW=1, PH=dh * (kh - 1) - rec.pad_begin[0], PW=dw * (kw - 1) - rec.pad_begin[1],
                     DH=dh, DW=dw, GROUPS=g, CIN_G=kg, COUT_G=cg)
     dyt = _channels_last(arena, rec.dy_off, n, k, oh, ow)
     _launch_igemm(dyt, cached[key], dyt, at(arena, rec.dx_off), n, k, oh, ow, c, h, w, False, geometry)
 
+
+
+@runs(R.Conv2dBackwardWeight, "igemm")
+def conv2d_backward_weight_igemm(rec, arena):
+    n, c, h, w = rec.x_shape
+    _, k, oh, ow = rec.y_shape
+    geometry = _geometry(rec)
+    cout_g, cin_g, taps = geometry["COUT_G"], geometry["CIN_G"], rec.kernel[0] * rec.kernel[1]
+    # exactly sized: the autotuner zeroes this tensor before each trial, and the launch adds into it
+    dw = at(arena, rec.dw_off)[:k * cin_g * taps]
+    dw.zero_()
+
+    def grid(meta):
+        tiles = (triton.cdiv(cout_g, meta["BLOCK_M"]), taps * triton.cdiv(cin_g, meta["BLOCK_N"]))
+        chunks = n * triton.cdiv(oh * ow, meta["BLOCK_K"])
+        split = max(1, min(chunks, DW_WAVES * _sm_count(arena) // (tiles[0] * tiles[1] * rec.groups)))
+        return tiles + (rec.groups * split,)
+
+    args = (at(arena, rec.x_off), at(arena, rec.dy_off), dw, n, c, h, w, k, oh, ow)
+    if INTERPRET:
+        K.conv2d_igemm_dw[grid(IGEMM_BLOCKS)](*args, INTERPRETED=True, **geometry, **IGEMM_BLOCKS)
+    else:
+        K.conv2d_igemm_dw_tuned[grid](*args, INTERPRETED=False, **geometry)
+
+
+def _sm_count(arena) -> int:
+    """Multiprocessors of the arena's GPU (4 on the interpreter, so that its tests split too)."""
+    if arena.device.type != "cuda":
+        return 4
+    return torch.cuda.get_device_properties(arena.device).multi_processor_count
 
 def launch_backward(arena, rec_geometry, x_off, w_off, dy_off, dx_off, dw_off):
     """conv2d_backward_dx (dw_off < 0), conv2d_backward_dw (dx_off < 0) or both in one

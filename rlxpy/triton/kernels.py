@@ -79,19 +79,26 @@ def conv2d_backward(x_ptr, w_ptr, dy_ptr, dx_ptr, dw_ptr, C_IN, H, W, C_OUT, OH,
 
 
 @triton.jit
-def conv2d_igemm(xt_ptr, wt_ptr, b_ptr, y_ptr, N, C_IN, H, W, C_OUT, OH, OW,
+def conv2d_igemm(x_ptr, wk_ptr, b_ptr, y_ptr, N, C_IN, H, W, C_OUT, OH, OW,
                  KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
                  PH: tl.constexpr, PW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr,
                  GROUPS: tl.constexpr, CIN_G: tl.constexpr, COUT_G: tl.constexpr, HAS_BIAS: tl.constexpr,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """Implicit GEMM. Grid (cdiv(N*OH*OW, BLOCK_M), cdiv(C_OUT/G, BLOCK_N), G). The K axis is
-    walked tap by tap (kh, kw) and, within a tap, over input channels in BLOCK_K chunks, so
-    a chunk of A is x[b, c0:c0+BLOCK_K, ih, iw] for the tile's pixels: no division in the
-    inner loop. Both operands come re-arranged so that their chunks are contiguous along K
-    (and N): x as xt [N, H, W, C_IN] (channels last), the weights as wt [KH, KW, C_IN/G, C_OUT]."""
+                 X_NHWC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Implicit GEMM. Grid (cdiv(N*OH*OW, BLOCK_M), cdiv(C_OUT/G, BLOCK_N), G).
+
+    One flat loop over K = KH*KW*ceil(CIN_G/BLOCK_K) chunks, so that the compiler's software
+    pipeline (num_stages) overlaps the loads of chunk i+1.. with the tl.dot of chunk i across
+    taps; a loop per tap drains the pipeline nine times for a 3x3 kernel. Operands are
+    contiguous along K so that their loads are 16-byte vectors and tl.dot gets K-major
+    tiles: x as xt [N, H, W, C_IN] (channels last; X_NHWC=False reads NCHW x in place, with
+    loads contiguous along the pixels instead), the weights as wk [C_OUT, KH*KW*CIN_G]
+    ordered (kh, kw, c). A chunk's tap only shifts each pixel's address by a scalar."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     g = tl.program_id(2)
+    K_CHUNKS: tl.constexpr = (CIN_G + BLOCK_K - 1) // BLOCK_K
+    EVEN_K: tl.constexpr = CIN_G % BLOCK_K == 0
+    K_TOTAL: tl.constexpr = KH * KW * CIN_G
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
@@ -101,23 +108,38 @@ def conv2d_igemm(xt_ptr, wt_ptr, b_ptr, y_ptr, N, C_IN, H, W, C_OUT, OH, OW,
     rem = offs_m % (OH * OW)
     oh = rem // OW
     ow = rem % OW
+    ih0 = oh * SH - PH
+    iw0 = ow * SW - PW
     co = g * COUT_G + offs_n
-    x_base = b * (H * W * C_IN) + g * CIN_G             # [BLOCK_M], channels-last
+    if X_NHWC:
+        pix = b * (H * W * C_IN) + g * CIN_G + (ih0 * W + iw0) * C_IN      # tap (0, 0), channel 0
+        ch = offs_k
+    else:
+        pix = b * (H * W * C_IN) + g * CIN_G * (H * W) + ih0 * W + iw0
+        ch = offs_k * (H * W)
+    w_rows = wk_ptr + co * K_TOTAL
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for kh in tl.static_range(KH):
-        ih = oh * SH - PH + kh * DH
-        for kw in tl.static_range(KW):
-            iw = ow * SW - PW + kw * DW
-            pix_ok = m_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
-            a_ptrs = xt_ptr + (x_base + (ih * W + iw) * C_IN)[:, None] + offs_k[None, :]
-            w_ptrs = wt_ptr + ((kh * KW + kw) * CIN_G + offs_k)[:, None] * C_OUT + co[None, :]
-            for c0 in range(0, CIN_G, BLOCK_K):
-                k_ok = offs_k + c0 < CIN_G
-                a = tl.load(a_ptrs, mask=pix_ok[:, None] & k_ok[None, :], other=0.0)
-                bw = tl.load(w_ptrs, mask=k_ok[:, None] & n_ok[None, :], other=0.0)
-                acc += tl.dot(a, bw)
-                a_ptrs += BLOCK_K
-                w_ptrs += BLOCK_K * C_OUT
+    for t in range(0, KH * KW * K_CHUNKS):
+        tap = t // K_CHUNKS
+        c0 = (t % K_CHUNKS) * BLOCK_K
+        kh = tap // KW
+        kw = tap % KW
+        ih = ih0 + kh * DH
+        iw = iw0 + kw * DW
+        a_ok = m_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+        if X_NHWC:
+            a_ptrs = x_ptr + (pix + (kh * DH * W + kw * DW) * C_IN + c0)[:, None] + ch[None, :]
+        else:
+            a_ptrs = x_ptr + (pix + kh * DH * W + kw * DW + c0 * (H * W))[:, None] + ch[None, :]
+        w_ptrs = w_rows[None, :] + (tap * CIN_G + c0 + offs_k)[:, None]
+        if EVEN_K:
+            a = tl.load(a_ptrs, mask=a_ok[:, None], other=0.0)
+            bw = tl.load(w_ptrs, mask=n_ok[None, :], other=0.0)
+        else:
+            k_ok = c0 + offs_k < CIN_G
+            a = tl.load(a_ptrs, mask=a_ok[:, None] & k_ok[None, :], other=0.0)
+            bw = tl.load(w_ptrs, mask=k_ok[:, None] & n_ok[None, :], other=0.0)
+        acc = tl.dot(a, bw, acc)
     if HAS_BIAS:
         acc += tl.load(b_ptr + co, mask=n_ok, other=0.0)[None, :]
     y_ptrs = y_ptr + ((b * C_OUT)[:, None] + co[None, :]) * (OH * OW) + (oh * OW + ow)[:, None]
@@ -127,10 +149,91 @@ def conv2d_igemm(xt_ptr, wt_ptr, b_ptr, y_ptr, N, C_IN, H, W, C_OUT, OH, OW,
 # On a GPU the tile shape is autotuned per conv shape; the interpreter takes one fixed config.
 IGEMM_CONFIGS = [
     triton.Config(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk), num_warps=nw, num_stages=ns)
-    for bm, bn, bk, nw, ns in [(128, 64, 32, 4, 3), (128, 128, 32, 8, 3), (64, 64, 32, 4, 4)]
+    for bm, bn, bk, nw, ns in [(128, 64, 32, 4, 4), (128, 128, 32, 8, 3), (64, 64, 32, 4, 4), (128, 64, 64, 4, 3)]
 ]
 conv2d_igemm_tuned = triton.autotune(IGEMM_CONFIGS, key=["N", "C_IN", "H", "W", "C_OUT", "OH", "OW"])(conv2d_igemm)
 
+
+
+@triton.jit
+def _dw_chunk(acc, t, x_ptr, dy_ptr, co, ci, m_ok, n_ok, offs_k, chunks, kh, kw, C_IN, H, W, C_OUT, OW, OHW,
+              SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
+              DH: tl.constexpr, DW: tl.constexpr, BLOCK_K: tl.constexpr):
+    """acc += dy[chunk t, co]^T-tile @ x[chunk t shifted by the tap, ci]-tile."""
+    b = t // chunks
+    r = (t % chunks) * BLOCK_K + offs_k          # output pixels oh*OW + ow of image b
+    r_ok = r < OHW
+    oh = r // OW
+    ow = r % OW
+    ih = oh * SH - PH + kh * DH
+    iw = ow * SW - PW + kw * DW
+    x_ok = r_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+    a = tl.load(dy_ptr + (b * C_OUT + co)[:, None] * OHW + r[None, :], mask=m_ok[:, None] & r_ok[None, :], other=0.0)
+    xv = tl.load(x_ptr + (b * C_IN + ci)[None, :] * (H * W) + (ih * W + iw)[:, None],
+                 mask=x_ok[:, None] & n_ok[None, :], other=0.0)
+    return tl.dot(a, xv, acc)
+
+
+@triton.jit
+def conv2d_igemm_dw(x_ptr, dy_ptr, dw_ptr, N, C_IN, H, W, C_OUT, OH, OW,
+                    KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
+                    PH: tl.constexpr, PW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr,
+                    GROUPS: tl.constexpr, CIN_G: tl.constexpr, COUT_G: tl.constexpr, INTERPRETED: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Weight gradient as an implicit GEMM over the pixels, split along them:
+    dw[co, c, kh, kw] = sum_p dy[p, co] * x[p shifted by the tap, c].
+
+    Grid (cdiv(C_OUT/G, BLOCK_M), KH*KW*cdiv(C_IN/G, BLOCK_N), G*SPLIT). A program owns one
+    tap, a [BLOCK_M output channels x BLOCK_N input channels] tile of it, and every SPLIT-th
+    share of the N*ceil(OH*OW/BLOCK_K) pixel chunks; each share is added into the zeroed dw
+    with one atomic tile add (SPLIT adds per element, not one per pixel as in the atomic
+    starting design). Both operands are read from NCHW in place, contiguous along the
+    pixels, which is the GEMM's K. The chunk loop is a `for` (software-pipelined) on a GPU;
+    the interpreter cannot take a range with run-time bounds, so it gets a `while`."""
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    SPLIT = tl.num_programs(2) // GROUPS
+    g = tl.program_id(2) // SPLIT
+    split = tl.program_id(2) % SPLIT
+    N_TILES: tl.constexpr = (CIN_G + BLOCK_N - 1) // BLOCK_N
+    tap = pid_n // N_TILES
+    kh = tap // KW
+    kw = tap % KW
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = (pid_n % N_TILES) * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    m_ok = offs_m < COUT_G
+    n_ok = offs_n < CIN_G
+    co = g * COUT_G + offs_m
+    ci = g * CIN_G + offs_n
+    OHW = OH * OW
+    chunks = tl.cdiv(OHW, BLOCK_K)
+    total = N * chunks
+    per = tl.cdiv(total, SPLIT)
+    lo = split * per
+    hi = tl.minimum(total, lo + per)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    if INTERPRETED:
+        t = lo
+        while t < hi:
+            acc = _dw_chunk(acc, t, x_ptr, dy_ptr, co, ci, m_ok, n_ok, offs_k, chunks, kh, kw, C_IN, H, W, C_OUT, OW,
+                            OHW, SH, SW, PH, PW, DH, DW, BLOCK_K)
+            t += 1
+    else:
+        for t in range(lo, hi):
+            acc = _dw_chunk(acc, t, x_ptr, dy_ptr, co, ci, m_ok, n_ok, offs_k, chunks, kh, kw, C_IN, H, W, C_OUT, OW,
+                            OHW, SH, SW, PH, PW, DH, DW, BLOCK_K)
+    dw_ptrs = dw_ptr + (offs_m[:, None] + g * COUT_G) * (CIN_G * KH * KW) + offs_n[None, :] * (KH * KW) + tap
+    tl.atomic_add(dw_ptrs, acc, mask=m_ok[:, None] & n_ok[None, :])
+
+
+IGEMM_DW_CONFIGS = [
+    triton.Config(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk), num_warps=nw, num_stages=ns)
+    for bm, bn, bk, nw, ns in [(64, 64, 32, 4, 4), (128, 64, 32, 4, 4), (64, 64, 64, 4, 3), (128, 128, 32, 8, 3)]
+]
+# autotuning runs the kernel several times: dw_ptr (an exactly sized view) is zeroed before each
+conv2d_igemm_dw_tuned = triton.autotune(IGEMM_DW_CONFIGS, key=["N", "C_IN", "H", "W", "C_OUT", "OH", "OW"],
+                                        reset_to_zero=["dw_ptr"])(conv2d_igemm_dw)
 
 @triton.jit
 def pool2d(x_ptr, y_ptr, total, H, W, OH, OW,
