@@ -48,6 +48,7 @@ CONVS = [
     (2, 4, (7, 9), 6, (3, 3), 1, 1, 1, 1, True),
     (1, 8, (5, 6), 12, (3, 3), 1, 1, 1, 1, False),
     (1, 32, (5, 6), 8, (3, 3), 1, 1, 1, 1, True),             # channels per group a multiple of BLOCK_K
+    (1, 40, (4, 5), 6, (3, 3), 1, 1, 1, 1, False),            # more than BLOCK_K, not a multiple
     (2, 6, (9, 8), 4, (3, 2), 2, ((1, 0), (2, 1)), 1, 2, True),
     (1, 4, (9, 9), 4, (3, 3), 1, 2, 2, 4, False),             # depthwise, dilation 2
     (2, 3, (8, 8), 5, (2, 2), 3, 0, 1, 1, True),              # stride > kernel

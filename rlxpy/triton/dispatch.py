@@ -204,7 +204,7 @@ def conv2d_backward_weight_igemm(rec, arena):
         split = max(1, min(chunks, DW_WAVES * _sm_count(arena) // (tiles[0] * tiles[1] * rec.groups)))
         return tiles + (rec.groups * split,)
 
-    args = (at(arena, rec.x_off), at(arena, rec.dy_off), dw, n, c, h, w, k, oh, ow)
+    args = (at(arena, rec.x_off), at(arena, rec.dy_off), dw, n, c, h, w, k, oh, ow, oh * ow)
     if INTERPRET:
         K.conv2d_igemm_dw[grid(IGEMM_BLOCKS)](*args, INTERPRETED=True, **geometry, **IGEMM_BLOCKS)
     else:

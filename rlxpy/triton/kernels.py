@@ -119,27 +119,47 @@ def conv2d_igemm(x_ptr, wk_ptr, b_ptr, y_ptr, N, C_IN, H, W, C_OUT, OH, OW,
         ch = offs_k * (H * W)
     w_rows = wk_ptr + co * K_TOTAL
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for t in range(0, KH * KW * K_CHUNKS):
-        tap = t // K_CHUNKS
-        c0 = (t % K_CHUNKS) * BLOCK_K
-        kh = tap // KW
-        kw = tap % KW
-        ih = ih0 + kh * DH
-        iw = iw0 + kw * DW
-        a_ok = m_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
-        if X_NHWC:
-            a_ptrs = x_ptr + (pix + (kh * DH * W + kw * DW) * C_IN + c0)[:, None] + ch[None, :]
-        else:
-            a_ptrs = x_ptr + (pix + kh * DH * W + kw * DW + c0 * (H * W))[:, None] + ch[None, :]
-        w_ptrs = w_rows[None, :] + (tap * CIN_G + c0 + offs_k)[:, None]
-        if EVEN_K:
-            a = tl.load(a_ptrs, mask=a_ok[:, None], other=0.0)
-            bw = tl.load(w_ptrs, mask=n_ok[None, :], other=0.0)
-        else:
-            k_ok = c0 + offs_k < CIN_G
-            a = tl.load(a_ptrs, mask=a_ok[:, None] & k_ok[None, :], other=0.0)
-            bw = tl.load(w_ptrs, mask=k_ok[:, None] & n_ok[None, :], other=0.0)
-        acc = tl.dot(a, bw, acc)
+    if CIN_G < BLOCK_K:
+        # few channels per group (an RGB stem): chunks of the flattened (kh, kw, c) axis, so
+        # that a chunk is not mostly padding; the tap then varies along the chunk
+        for k0 in range(0, K_TOTAL, BLOCK_K):
+            kk = k0 + offs_k
+            k_ok = kk < K_TOTAL
+            c = kk % CIN_G
+            kh = kk // CIN_G // KW
+            kw = kk // CIN_G % KW
+            ih = ih0[:, None] + (kh * DH)[None, :]
+            iw = iw0[:, None] + (kw * DW)[None, :]
+            a_ok = m_ok[:, None] & k_ok[None, :] & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+            if X_NHWC:
+                a_ptrs = x_ptr + pix[:, None] + ((kh * DH * W + kw * DW) * C_IN + c)[None, :]
+            else:
+                a_ptrs = x_ptr + pix[:, None] + (c * (H * W) + kh * DH * W + kw * DW)[None, :]
+            a = tl.load(a_ptrs, mask=a_ok, other=0.0)
+            bw = tl.load(w_rows[None, :] + kk[:, None], mask=k_ok[:, None] & n_ok[None, :], other=0.0)
+            acc = tl.dot(a, bw, acc)
+    else:
+        for t in range(0, KH * KW * K_CHUNKS):
+            tap = t // K_CHUNKS
+            c0 = (t % K_CHUNKS) * BLOCK_K
+            kh = tap // KW
+            kw = tap % KW
+            ih = ih0 + kh * DH
+            iw = iw0 + kw * DW
+            a_ok = m_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+            if X_NHWC:
+                a_ptrs = x_ptr + (pix + (kh * DH * W + kw * DW) * C_IN + c0)[:, None] + ch[None, :]
+            else:
+                a_ptrs = x_ptr + (pix + kh * DH * W + kw * DW + c0 * (H * W))[:, None] + ch[None, :]
+            w_ptrs = w_rows[None, :] + (tap * CIN_G + c0 + offs_k)[:, None]
+            if EVEN_K:
+                a = tl.load(a_ptrs, mask=a_ok[:, None], other=0.0)
+                bw = tl.load(w_ptrs, mask=n_ok[None, :], other=0.0)
+            else:
+                k_ok = c0 + offs_k < CIN_G
+                a = tl.load(a_ptrs, mask=a_ok[:, None] & k_ok[None, :], other=0.0)
+                bw = tl.load(w_ptrs, mask=k_ok[:, None] & n_ok[None, :], other=0.0)
+            acc = tl.dot(a, bw, acc)
     if HAS_BIAS:
         acc += tl.load(b_ptr + co, mask=n_ok, other=0.0)[None, :]
     y_ptrs = y_ptr + ((b * C_OUT)[:, None] + co[None, :]) * (OH * OW) + (oh * OW + ow)[:, None]
@@ -175,7 +195,7 @@ def _dw_chunk(acc, t, x_ptr, dy_ptr, co, ci, m_ok, n_ok, offs_k, chunks, kh, kw,
 
 
 @triton.jit
-def conv2d_igemm_dw(x_ptr, dy_ptr, dw_ptr, N, C_IN, H, W, C_OUT, OH, OW,
+def conv2d_igemm_dw(x_ptr, dy_ptr, dw_ptr, N, C_IN, H, W, C_OUT, OH, OW, OHW,
                     KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
                     PH: tl.constexpr, PW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr,
                     GROUPS: tl.constexpr, CIN_G: tl.constexpr, COUT_G: tl.constexpr, INTERPRETED: tl.constexpr,
@@ -188,7 +208,8 @@ def conv2d_igemm_dw(x_ptr, dy_ptr, dw_ptr, N, C_IN, H, W, C_OUT, OH, OW,
     share of the N*ceil(OH*OW/BLOCK_K) pixel chunks; each share is added into the zeroed dw
     with one atomic tile add (SPLIT adds per element, not one per pixel as in the atomic
     starting design). Both operands are read from NCHW in place, contiguous along the
-    pixels, which is the GEMM's K. The chunk loop is a `for` (software-pipelined) on a GPU;
+    pixels, which is the GEMM's K (OHW = OH*OW is passed so that the compiler can prove
+    16-byte alignment of dy rows when it is a multiple of 16). The chunk loop is a `for` (software-pipelined) on a GPU;
     the interpreter cannot take a range with run-time bounds, so it gets a `while`."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -206,7 +227,6 @@ def conv2d_igemm_dw(x_ptr, dy_ptr, dw_ptr, N, C_IN, H, W, C_OUT, OH, OW,
     n_ok = offs_n < CIN_G
     co = g * COUT_G + offs_m
     ci = g * CIN_G + offs_n
-    OHW = OH * OW
     chunks = tl.cdiv(OHW, BLOCK_K)
     total = N * chunks
     per = tl.cdiv(total, SPLIT)

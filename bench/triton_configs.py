@@ -1,0 +1,69 @@
+"""Every implicit-GEMM tile config, timed alone per conv shape, both layouts of x.
+
+    python bench/triton_configs.py [--batch 32] [--only NAME]
+
+For choosing IGEMM_CONFIGS and the x layout: prints, per forward case of triton_suite, the
+time of the channels-last copy of x and of conv2d_igemm under each config with x read
+channels-last (copy not included) or NCHW in place, against cuDNN (TF32) on the same data.
+"""
+import argparse
+import functools
+
+import torch
+import triton
+import triton.testing
+
+import rlxpy as rx
+from rlxpy.triton import dispatch as D
+from rlxpy.triton import kernels as K
+from triton_suite import CASES
+
+do_bench = functools.partial(triton.testing.do_bench, return_mode="median")
+CONFIGS = [(128, 64, 32, 4, 4), (128, 128, 32, 8, 3), (64, 64, 32, 4, 4), (128, 64, 64, 4, 3),
+           (64, 128, 32, 4, 4), (128, 128, 32, 4, 3), (256, 64, 32, 8, 3), (64, 32, 32, 4, 4)]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--only", default="")
+    args = ap.parse_args()
+    torch.backends.cudnn.allow_tf32 = True
+    for name, c, h, k, ks, s, p in [cs for cs in CASES if args.only in cs[0]]:
+        n = args.batch
+        x = torch.randn(n, c, h, h, device="cuda")
+        w = torch.randn(k, c, ks, ks, device="cuda") / (c * ks * ks) ** 0.5
+        g = rx.Graph()
+        g.output("y", g.conv(g.input("x", tuple(x.shape)), g.param("w", w.cpu().numpy()), stride=s, padding=p))
+        exe = rx.compile(g, device="cuda")
+        plan, calls = exe._plan_for(exe.check_inputs({"x": x}))
+        arena = exe._acquire(plan)
+        off, shape = plan.inputs["x"]
+        exe._view(arena, off, shape).copy_(x)
+        rec = calls[0][1]
+        oh, ow = rec.y_shape[2:]
+        torch_ms = do_bench(lambda: torch.nn.functional.conv2d(x, w, stride=s, padding=p))
+        copy_ms = do_bench(lambda: D._channels_last(arena, rec.x_off, n, c, h, h))
+        xt = D._channels_last(arena, rec.x_off, n, c, h, h)
+        wk = D._weights_k(rec, arena)
+        y = D.at(arena, rec.y_off)
+        print(f"## {name} N={n}: cuDNN {torch_ms * 1e3:.1f} us, channels-last copy {copy_ms * 1e3:.1f} us", flush=True)
+        for bm, bn, bk, nw, ns in CONFIGS:
+            row = []
+            for nhwc in (True, False):
+                grid = (triton.cdiv(n * oh * ow, bm), triton.cdiv(k, bn), 1)
+                src = xt if nhwc else D.at(arena, rec.x_off)
+
+                def launch():
+                    K.conv2d_igemm[grid](src, wk, y, y, n, c, h, h, k, oh, ow, HAS_BIAS=False, X_NHWC=nhwc,
+                                         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=nw, num_stages=ns,
+                                         **D._geometry(rec))
+                try:
+                    row.append(f"{do_bench(launch) * 1e3:7.1f}")
+                except Exception as e:   # a config over the shared-memory limit
+                    row.append(f"failed ({type(e).__name__})")
+            print(f"  {bm}x{bn}x{bk} w{nw} s{ns}: nhwc {row[0]} us, nchw {row[1]} us", flush=True)
+
+
+if __name__ == "__main__":
+    main()
