@@ -44,10 +44,15 @@ def main():
         oh, ow = rec.y_shape[2:]
         torch_ms = do_bench(lambda: torch.nn.functional.conv2d(x, w, stride=s, padding=p))
         copy_ms = do_bench(lambda: D._channels_last(arena, rec.x_off, n, c, h, h))
+        torch_copy_ms = do_bench(lambda: x.permute(0, 2, 3, 1).contiguous())
         xt = D._channels_last(arena, rec.x_off, n, c, h, h)
         wk = D._weights_k(rec, arena)
         y = D.at(arena, rec.y_off)
-        print(f"## {name} N={n}: cuDNN {torch_ms * 1e3:.1f} us, channels-last copy {copy_ms * 1e3:.1f} us", flush=True)
+        print(f"## {name} N={n}: cuDNN {torch_ms * 1e3:.1f} us, channels-last copy {copy_ms * 1e3:.1f} us "
+              f"(torch permute().contiguous() {torch_copy_ms * 1e3:.1f} us)", flush=True)
+        whole = do_bench(lambda: calls[0][0](rec, arena))
+        print(f"  autotuned launcher, copy included: {whole * 1e3:.1f} us, "
+              f"best {K.conv2d_igemm_tuned.best_config}", flush=True)
         for bm, bn, bk, nw, ns in CONFIGS:
             row = []
             for nhwc in (True, False):

@@ -22,6 +22,7 @@ ALGO_ENV = "RLX_TRITON_ALGO"
 BLOCK_OW = 64
 BLOCK = 256
 IGEMM_BLOCKS = dict(BLOCK_M=128, BLOCK_N=64, BLOCK_K=32)  # the interpreter's fixed tile
+TRANSPOSE_BLOCK = 64
 IGEMM_MIN_CIN = 8    # below this many input channels per group the tl.dot tiles are mostly padding
 IGEMM_X_NHWC = True  # the forward implicit GEMM reads a channels-last copy of x (False: NCHW in place)
 DW_WAVES = 2         # split the weight gradient's pixels so that about this many waves of programs run
@@ -135,7 +136,10 @@ def _weights_k(rec, arena):
 def _channels_last(arena, off, n, c, h, w):
     """A channels-last copy of the NCHW tensor at `off`: the GEMM's A chunks are then
     contiguous along K."""
-    return at(arena, off)[:n * c * h * w].view(n, c, h, w).permute(0, 2, 3, 1).contiguous()
+    out = torch.empty((n, h, w, c), dtype=arena.dtype, device=arena.device)
+    grid = (triton.cdiv(h * w, TRANSPOSE_BLOCK), triton.cdiv(c, TRANSPOSE_BLOCK), n)
+    K.nchw_to_nhwc[grid](at(arena, off), out, c, h * w, BLOCK_C=TRANSPOSE_BLOCK, BLOCK_P=TRANSPOSE_BLOCK)
+    return out
 
 
 def _launch_igemm(xt, wk, bias, y, n, c, h, w, k, oh, ow, has_bias, geometry, x_nhwc=True):
