@@ -4,7 +4,7 @@
 
 For choosing IGEMM_CONFIGS and the x layout: prints, per forward case of triton_suite, the
 time of the channels-last copy of x and of conv2d_igemm under each config with x read
-channels-last (copy not included) or NCHW in place, against cuDNN (TF32) on the same data.
+channels-last (copy not included) or, with --nchw, NCHW in place, against cuDNN (TF32) on the same data.
 """
 import argparse
 import functools
@@ -26,10 +26,11 @@ CONFIGS = [(128, 64, 32, 4, 4), (128, 128, 32, 8, 3), (64, 64, 32, 4, 4), (128, 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--only", default="")
+    ap.add_argument("--only", default="", help="comma-separated parts of case names")
+    ap.add_argument("--nchw", action="store_true", help="also time each config reading NCHW x in place")
     args = ap.parse_args()
     torch.backends.cudnn.allow_tf32 = True
-    for name, c, h, k, ks, s, p in [cs for cs in CASES if args.only in cs[0]]:
+    for name, c, h, k, ks, s, p in [cs for cs in CASES if any(o in cs[0] for o in args.only.split(","))]:
         n = args.batch
         x = torch.randn(n, c, h, h, device="cuda")
         w = torch.randn(k, c, ks, ks, device="cuda") / (c * ks * ks) ** 0.5
@@ -45,17 +46,19 @@ def main():
         torch_ms = do_bench(lambda: torch.nn.functional.conv2d(x, w, stride=s, padding=p))
         copy_ms = do_bench(lambda: D._channels_last(arena, rec.x_off, n, c, h, h))
         torch_copy_ms = do_bench(lambda: x.permute(0, 2, 3, 1).contiguous())
-        xt = D._channels_last(arena, rec.x_off, n, c, h, h)
-        wk = D._weights_k(rec, arena)
-        y = D.at(arena, rec.y_off)
         print(f"## {name} N={n}: cuDNN {torch_ms * 1e3:.1f} us, channels-last copy {copy_ms * 1e3:.1f} us "
               f"(torch permute().contiguous() {torch_copy_ms * 1e3:.1f} us)", flush=True)
         whole = do_bench(lambda: calls[0][0](rec, arena))
         print(f"  autotuned launcher, copy included: {whole * 1e3:.1f} us, "
-              f"best {K.conv2d_igemm_tuned.best_config}", flush=True)
+              f"tuned: {list(K.conv2d_igemm_tuned.cache.values())[-1]}", flush=True)
+        xt = D._channels_last(arena, rec.x_off, n, c, h, h)
+        wk = D._weights_k(rec, arena)
+        y = D.at(arena, rec.y_off)
+        alone = do_bench(lambda: D._launch_igemm(xt, wk, y, y, n, c, h, h, k, oh, ow, False, D._geometry(rec)))
+        print(f"  autotuned kernel alone: {alone * 1e3:.1f} us", flush=True)
         for bm, bn, bk, nw, ns in CONFIGS:
             row = []
-            for nhwc in (True, False):
+            for nhwc in (True,) + ((False,) if args.nchw else ()):
                 grid = (triton.cdiv(n * oh * ow, bm), triton.cdiv(k, bn), 1)
                 src = xt if nhwc else D.at(arena, rec.x_off)
 
@@ -67,7 +70,8 @@ def main():
                     row.append(f"{do_bench(launch) * 1e3:7.1f}")
                 except Exception as e:   # a config over the shared-memory limit
                     row.append(f"failed ({type(e).__name__})")
-            print(f"  {bm}x{bn}x{bk} w{nw} s{ns}: nhwc {row[0]} us, nchw {row[1]} us", flush=True)
+            print(f"  {bm}x{bn}x{bk} w{nw} s{ns}: " + ", ".join(f"{lay} {t} us" for lay, t in zip(("nhwc", "nchw"), row)),
+                  flush=True)
 
 
 if __name__ == "__main__":

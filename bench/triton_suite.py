@@ -2,10 +2,13 @@
 
     python bench/triton_suite.py [--batches 1,32] [--simple] [--only NAME] [--no-backward] [--nchw]
 
-Each kernel is timed with triton.testing.do_bench (median after warm-up) on arena views,
-without host copies but with whatever the launcher does on the device (the implicit GEMM's
-channels-last copy of x, the zeroing of an atomically accumulated output); PyTorch runs F.conv2d / torch.nn.grad with cuDNN, TF32 allowed (the
-implicit GEMM's tl.dot is TF32 too). Prints TFLOP/s and the ratio torch_time / rlx_time
+Each kernel is timed on arena views, without host copies but with whatever its launcher
+does on the device (the implicit GEMM's channels-last copy of x, the zeroing of an
+atomically accumulated output), twice: replayed from a CUDA graph
+(triton.testing.do_bench_cudagraph: GPU time) and launched from Python
+(triton.testing.do_bench: adds the Python-side launch cost); medians after warm-up. PyTorch
+runs F.conv2d / torch.nn.grad with cuDNN, TF32 allowed (the implicit GEMM's tl.dot is TF32
+too), timed the same two ways. Prints TFLOP/s and the ratio torch_time / rlx_time
 (> 1: rlxpy faster), plus the max error of each against a float64 result.
 """
 import argparse
@@ -17,8 +20,17 @@ import triton.testing
 
 import rlxpy as rx
 
-# median of the timed repeats (do_bench's default is the mean)
+# medians of the timed repeats (do_bench's default is the mean)
 do_bench = functools.partial(triton.testing.do_bench, return_mode="median")
+do_bench_graph = functools.partial(triton.testing.do_bench_cudagraph, return_mode="median")
+
+
+def timed(fn, **kw):
+    """(GPU time from CUDA-graph replays, time of launches from Python) in ms. The first is
+    what the kernels cost and what exe.run pays once it replays its graph; the second adds
+    the Python-side launch cost, which bounds a sub-0.1 ms kernel launched alone."""
+    fn()       # compile and autotune outside the graph
+    return do_bench_graph(fn), do_bench(fn, **kw)
 
 F = torch.nn.functional
 CASES = [  # name, C_in, H, C_out, k, stride, pad
@@ -57,7 +69,7 @@ def bench_forward(name, n, c, h, k, ks, s, p, with_simple):
     exact = F.conv2d(x.double(), w.double(), stride=s, padding=p)
     flops = 2 * exact.numel() * c * ks * ks
     rows = []
-    torch_ms = do_bench(lambda: F.conv2d(x, w, stride=s, padding=p))
+    torch_ms = timed(lambda: F.conv2d(x, w, stride=s, padding=p))
     torch_err = rel_err(F.conv2d(x, w, stride=s, padding=p), exact)
     for algo in (["igemm", "simple"] if with_simple else ["igemm"]):
         os.environ["RLX_TRITON_ALGO"] = algo
@@ -65,7 +77,7 @@ def bench_forward(name, n, c, h, k, ks, s, p, with_simple):
         launch, out, rec = kernel_of(exe, {"x": x})
         launch()
         err = rel_err(out(), exact)
-        ms = do_bench(launch)
+        ms = timed(launch)
         rows.append((f"{name} N={n}", rec.algo, ms, torch_ms, flops, err, torch_err))
     return rows
 
@@ -93,14 +105,14 @@ def bench_backward(n, with_simple):
             inputs = {"x": x, "dy": dy}
             ref = lambda: torch.nn.grad.conv2d_weight(x, w.shape, dy, padding=p)  # noqa: E731
             exact = torch.nn.grad.conv2d_weight(x.double(), w.shape, dy.double(), padding=p)
-        torch_ms = do_bench(ref)
+        torch_ms = timed(ref)
         exe = rx.compile(g, device="cuda")
         launch, out, rec = kernel_of(exe, inputs)
         launch()
         err = rel_err(out(), exact)
         # the atomic (simple) kernels take seconds at batch 32: timed there only with --simple
-        timed = with_simple or n == 1 or rec.algo == "igemm"
-        ms = do_bench(launch, warmup=5, rep=50) if timed else float("nan")
+        slow_ok = with_simple or n == 1 or rec.algo == "igemm"
+        ms = timed(launch, warmup=5, rep=50) if slow_ok else (float("nan"),) * 2
         rows.append((f"3x3 64@56 {kind} N={n}", rec.algo, ms, torch_ms, flops, err, rel_err(ref(), exact)))
     return rows
 
@@ -119,17 +131,19 @@ def main():
     torch.backends.cudnn.allow_tf32 = True
     torch.backends.cuda.matmul.allow_tf32 = True
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
-    print("| case | rlx kernel | rlx ms | torch ms | rlx TFLOP/s | torch TFLOP/s | torch/rlx | rlx rel err | torch rel err |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| case | rlx kernel | rlx us | torch us | rlx TFLOP/s | torch TFLOP/s | torch/rlx | "
+          "launched: rlx us | torch us | torch/rlx | rlx rel err | torch rel err |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for n in [int(b) for b in args.batches.split(",")]:
         rows = []
         for case in [c for c in CASES if args.only in c[0]]:
             rows += bench_forward(case[0], n, *case[1:], with_simple=args.simple and n == 1)
         if not args.no_backward:
             rows += bench_backward(n, args.simple)
-        for name, algo, ms, tms, flops, err, terr in rows:
-            print(f"| {name} | {algo} | {ms:.4f} | {tms:.4f} | {flops / ms / 1e9:.2f} | {flops / tms / 1e9:.2f} | "
-                  f"{tms / ms:.3f} | {err:.1e} | {terr:.1e} |", flush=True)
+        for name, algo, (ms, ms_l), (tms, tms_l), flops, err, terr in rows:
+            print(f"| {name} | {algo} | {ms * 1e3:.1f} | {tms * 1e3:.1f} | {flops / ms / 1e9:.1f} | "
+                  f"{flops / tms / 1e9:.1f} | {tms / ms:.2f} | {ms_l * 1e3:.1f} | {tms_l * 1e3:.1f} | "
+                  f"{tms_l / ms_l:.2f} | {err:.1e} | {terr:.1e} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -207,6 +207,14 @@ def test_triton_small_cnn_and_tensor_io():
     assert exe.run({"x": xv})["y"].shape == ref.shape   # still usable after the refused run
 
 
+def test_triton_cuda_graph_flag_is_checked(monkeypatch):
+    monkeypatch.setenv("RLX_CUDA_GRAPH", "yes")
+    g = rx.Graph()
+    g.output("y", g.resize_nearest2x(g.input("x", (1, 1, 2, 2))))
+    with pytest.raises(ValueError, match="RLX_CUDA_GRAPH='yes'"):
+        rx.compile(g, device="cuda")
+
+
 def test_triton_graph_with_a_node_without_gpu_kernel_is_refused():
     g = rx.Graph()
     x = g.input("x", (1, 2, 4, 4, 4))
@@ -289,3 +297,23 @@ def test_triton_gpu_backward_realistic_shapes(n):
     # dx and dw both run as implicit GEMMs (TF32)
     assert (out["dx"].double() - exact_dx).abs().max().item() <= TOL["igemm"] * exact_dx.abs().max().item()
     assert (out["dw"].double() - exact_dw).abs().max().item() <= TOL["igemm"] * exact_dw.abs().max().item()
+
+
+@pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("graphs", ["1", "0"])
+def test_triton_gpu_cuda_graph_replays_see_new_inputs(graphs, monkeypatch):
+    """Runs 1 (eager), 2 (capture) and 3-5 (replays) each get fresh inputs and must match the
+    CPU reference; with RLX_CUDA_GRAPH=0 every run is eager."""
+    monkeypatch.setenv("RLX_CUDA_GRAPH", graphs)
+    rng = np.random.default_rng(49)
+    g = rx.Graph()
+    x = g.input("x", (2, 16, 12, 12))
+    y = g.conv(x, g.param("w1", rand(rng, 16, 16, 3, 3, scale=0.2)), bias=g.param("b1", rand(rng, 16)), padding=1)
+    y = g.pool(y, "max", 2)
+    g.output("y", g.conv(y, g.input("w2", (8, 16, 3, 3)), padding=1))     # a weight that changes per run
+    ref_exe, exe = rx.compile(g, REFERENCE), rx.compile(g, device="cuda")
+    for _ in range(5):
+        inputs = {"x": rand(rng, 2, 16, 12, 12), "w2": rand(rng, 8, 16, 3, 3, scale=0.2)}
+        assert_close(exe.run(inputs)["y"], ref_exe.run(inputs)["y"], TOL["igemm"])
+    captured = [v for v in exe._graphs.values() if isinstance(v, torch.cuda.CUDAGraph)]
+    assert len(captured) == (1 if graphs == "1" else 0)

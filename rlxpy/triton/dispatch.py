@@ -22,7 +22,7 @@ ALGO_ENV = "RLX_TRITON_ALGO"
 BLOCK_OW = 64
 BLOCK = 256
 IGEMM_BLOCKS = dict(BLOCK_M=128, BLOCK_N=64, BLOCK_K=32)  # the interpreter's fixed tile
-TRANSPOSE_BLOCK = 64
+TRANSPOSE_TILE = (64, 64)   # the NCHW -> NHWC copy's tile (channels, pixels)
 IGEMM_MIN_CIN = 8    # below this many input channels per group the tl.dot tiles are mostly padding
 IGEMM_X_NHWC = True  # the forward implicit GEMM reads a channels-last copy of x (False: NCHW in place)
 DW_WAVES = 2         # split the weight gradient's pixels so that about this many waves of programs run
@@ -137,8 +137,10 @@ def _channels_last(arena, off, n, c, h, w):
     """A channels-last copy of the NCHW tensor at `off`: the GEMM's A chunks are then
     contiguous along K."""
     out = torch.empty((n, h, w, c), dtype=arena.dtype, device=arena.device)
-    grid = (triton.cdiv(h * w, TRANSPOSE_BLOCK), triton.cdiv(c, TRANSPOSE_BLOCK), n)
-    K.nchw_to_nhwc[grid](at(arena, off), out, c, h * w, BLOCK_C=TRANSPOSE_BLOCK, BLOCK_P=TRANSPOSE_BLOCK)
+    block_c = min(triton.next_power_of_2(c), TRANSPOSE_TILE[0])   # 4 for RGB, not a 64-wide tile
+    block_p = TRANSPOSE_TILE[0] * TRANSPOSE_TILE[1] // block_c
+    grid = (triton.cdiv(h * w, block_p), triton.cdiv(c, block_c), n)
+    K.nchw_to_nhwc[grid](at(arena, off), out, c, h * w, BLOCK_C=block_c, BLOCK_P=block_p)
     return out
 
 

@@ -18,6 +18,16 @@ _GPU_OPS = {"Conv": (3, 4), "Pool": (3, 4), "Conv2dBackwardInput": (4,), "Conv2d
             "MaxPool2dBackward": (4,), "ResizeNearest2x": (4,), "Input": None, "Param": None}
 
 
+GRAPH_ENV = "RLX_CUDA_GRAPH"
+
+
+def graphs_enabled(env=None) -> bool:
+    raw = (os.environ if env is None else env).get(GRAPH_ENV, "1").strip()
+    if raw not in ("0", "1"):
+        raise ValueError(f"{GRAPH_ENV}={raw!r} is not a valid value; accepted: 0, 1")
+    return raw == "1"
+
+
 def _import_gpu_stack():
     try:
         import torch
@@ -59,6 +69,10 @@ class CudaExecutable(Executable):
         self.device = backend.device
         self._arenas: Dict[int, List] = {}
         self._arena_lock = threading.Lock()
+        # id(arena) -> 0 (not run yet), 1 (run once), -1 (eager only) or its captured CUDA graph;
+        # an arena is owned by one run at a time, so its entry needs no lock
+        self._graphs: Dict[int, object] = {}
+        self.use_graphs = graphs_enabled() and backend.device.type == "cuda"
         # The CPU choosers would plan CPU scratch; with fast_conv off they plan none, and
         # the backend picks the GPU kernel.
         base = Config.from_env() if config is None else config
@@ -103,14 +117,41 @@ class CudaExecutable(Executable):
                 v = inputs[name]
                 src = v if isinstance(v, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(v))
                 self._view(arena, off, shape).copy_(src)
-            for fn, rec in calls:
-                try:
-                    fn(rec, arena)
-                except Exception as e:
-                    raise RuntimeError(f"{rec.node} ({type(rec).__name__}, algo {rec.algo}) failed: {e}") from e
+            self._launch_all(calls, arena)
             outs = {name: self._view(arena, off, shape).clone() for name, (off, shape) in plan.outputs.items()}
         finally:
             self._release(plan, arena)
         if return_tensors:
             return outs
         return {name: t.cpu().numpy() for name, t in outs.items()}
+
+    def _launch_all(self, calls, arena):
+        """The thunks in order. With CUDA graphs on, an arena's first run launches them one by
+        one (compiling and autotuning, filling the weight caches), its second captures them
+        into a CUDA graph, and later runs replay it: one launch instead of a few Python-side
+        launches per thunk, which cost more than the kernels of a small conv."""
+        key = id(arena)
+        state = self._graphs.get(key, 0) if self.use_graphs else -1
+        if isinstance(state, int) and state == 1:
+            graph = self._torch.cuda.CUDAGraph()
+            try:
+                with self._torch.cuda.graph(graph):    # records the launches, runs nothing
+                    self._launch_each(calls, arena)
+                state = graph
+            except Exception:
+                state = -1                             # cannot be captured: stay eager
+            self._graphs[key] = state
+        if isinstance(state, int):
+            self._launch_each(calls, arena)
+            if state == 0:
+                self._graphs[key] = 1
+        else:
+            state.replay()
+
+    @staticmethod
+    def _launch_each(calls, arena):
+        for fn, rec in calls:
+            try:
+                fn(rec, arena)
+            except Exception as e:
+                raise RuntimeError(f"{rec.node} ({type(rec).__name__}, algo {rec.algo}) failed: {e}") from e
