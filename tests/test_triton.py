@@ -317,3 +317,32 @@ def test_triton_gpu_cuda_graph_replays_see_new_inputs(graphs, monkeypatch):
         assert_close(exe.run(inputs)["y"], ref_exe.run(inputs)["y"], TOL["igemm"])
     captured = [v for v in exe._graphs.values() if isinstance(v, torch.cuda.CUDAGraph)]
     assert len(captured) == (1 if graphs == "1" else 0)
+
+
+@pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU")
+def test_triton_gpu_concurrent_runs_with_cuda_graphs():
+    """Two threads share one executable: each run gets its own arena (and graph); a capture
+    in one thread must not break the other's launches."""
+    import threading
+    rng = np.random.default_rng(50)
+    g = rx.Graph()
+    x = g.input("x", (2, 16, 10, 10))
+    g.output("y", g.conv(x, g.param("w", rand(rng, 16, 16, 3, 3, scale=0.2)), padding=1))
+    ref_exe, exe = rx.compile(g, REFERENCE), rx.compile(g, device="cuda")
+    inputs = [rand(rng, 2, 16, 10, 10) for _ in range(12)]
+    refs = [ref_exe.run({"x": v})["y"] for v in inputs]
+    errors = []
+
+    def worker(ids):
+        try:
+            for i in ids:
+                assert_close(exe.run({"x": inputs[i]})["y"], refs[i], TOL["igemm"])
+        except Exception as e:          # reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(range(t, 12, 2),)) for t in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors

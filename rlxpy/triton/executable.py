@@ -135,7 +135,8 @@ class CudaExecutable(Executable):
         if isinstance(state, int) and state == 1:
             graph = self._torch.cuda.CUDAGraph()
             try:
-                with self._torch.cuda.graph(graph):    # records the launches, runs nothing
+                # thread_local: a capture here must not fail kernels that other threads launch
+                with self._torch.cuda.graph(graph, capture_error_mode="thread_local"):  # records, runs nothing
                     self._launch_each(calls, arena)
                 state = graph
             except Exception:
