@@ -97,9 +97,9 @@ BACKWARD = [
 
 def _expected_backward_algos(rec_dx, rec_dw, algo):
     """Which kernels `RLX_TRITON_ALGO=algo` must pick for a dx / dw record pair."""
-    cin_g = rec_dw.x_shape[1] // rec_dw.groups
+    cin_g, cout_g = rec_dw.x_shape[1] // rec_dw.groups, rec_dw.y_shape[1] // rec_dw.groups
     dx_igemm = algo != "simple" and rec_dx.stride == (1, 1)
-    dw_igemm = algo == "igemm" or (algo == "auto" and cin_g >= 8)
+    dw_igemm = algo == "igemm" or (algo == "auto" and cin_g >= 8 and cout_g >= 8)
     return ("igemm" if dx_igemm else "simple"), ("igemm" if dw_igemm else "simple")
 
 
@@ -198,6 +198,10 @@ def test_triton_small_cnn_and_tensor_io():
     ref = rx.compile(g, REFERENCE).run({"x": xv})["y"]
     exe = rx.compile(g, device="cuda")
     assert_close(exe.run({"x": xv})["y"], ref, TOL["igemm"])
+    # auto: the RGB conv has 27 taps x 8 channels for the tiles; the depthwise conv (1 output
+    # channel per group) and the 1x1 conv (4 output channels) would leave them mostly padding
+    convs = [r.algo for r in exe.thunks if isinstance(r, (R.Conv2D, R.Conv2D1x1))]
+    assert convs == ["igemm", "simple", "simple"]
     xt = torch.from_numpy(xv).to(exe.device)
     out = exe.run({"x": xt}, return_tensors=True)["y"]
     assert isinstance(out, torch.Tensor) and out.device.type == exe.device.type

@@ -23,7 +23,7 @@ BLOCK_OW = 64
 BLOCK = 256
 IGEMM_BLOCKS = dict(BLOCK_M=128, BLOCK_N=64, BLOCK_K=32)  # the interpreter's fixed tile
 TRANSPOSE_TILE = (64, 64)   # the NCHW -> NHWC copy's tile (channels, pixels)
-IGEMM_MIN_CIN = 8    # below this many input channels per group the tl.dot tiles are mostly padding
+IGEMM_MIN = 8        # a GEMM side (per group) under this leaves the tl.dot tiles mostly padding
 IGEMM_X_NHWC = True  # the forward implicit GEMM reads a channels-last copy of x (False: NCHW in place)
 DW_WAVES = 2         # split the weight gradient's pixels so that about this many waves of programs run
 INTERPRET = os.environ.get("TRITON_INTERPRET", "") == "1"
@@ -50,20 +50,20 @@ class TritonBackend:
 
     def retarget(self, rec: R.Record) -> R.Record:
         if isinstance(rec, (R.Conv2D, R.Conv2D1x1)):
-            cin_g = rec.x_shape[1] // rec.groups
             if self.preference == "simple":
                 return replace(rec, algo="simple", why=f"{ALGO_ENV}=simple: one program per output-row tile")
-            if self.preference == "igemm" or cin_g >= IGEMM_MIN_CIN:
+            small = _too_small_for_tiles(rec, rec.x_shape[1] // rec.groups * rec.kernel[0] * rec.kernel[1])
+            if self.preference == "igemm" or not small:
                 why = f"{ALGO_ENV}=igemm" if self.preference == "igemm" else "implicit GEMM on tl.dot"
                 return replace(rec, algo="igemm", why=why)
-            return replace(rec, algo="simple", why=f"{cin_g} input channel(s) per group: simple kernel")
+            return replace(rec, algo="simple", why=f"{small}: simple kernel")
         if isinstance(rec, R.Conv2dBackwardInput) and self.preference != "simple" and _dx_as_conv(rec):
             return replace(rec, algo="igemm", why="stride 1: dx is a conv of dy with flipped weights (implicit GEMM)")
         if isinstance(rec, R.Conv2dBackwardWeight) and self.preference != "simple":
-            cin_g = rec.x_shape[1] // rec.groups
-            if self.preference == "igemm" or cin_g >= IGEMM_MIN_CIN:
+            small = _too_small_for_tiles(rec, rec.x_shape[1] // rec.groups)   # a program's N tile: one tap's channels
+            if self.preference == "igemm" or not small:
                 return replace(rec, algo="igemm", why="implicit GEMM over the pixels, split-K atomic tile adds")
-            return replace(rec, algo="simple", why=f"{cin_g} input channel(s) per group: simple kernel")
+            return replace(rec, algo="simple", why=f"{small}: simple kernel")
         return replace(rec, algo="simple", why="Triton kernel")
 
     def resolve(self, rec: R.Record) -> Callable:
@@ -71,6 +71,17 @@ class TritonBackend:
             return EXEC[(type(rec), rec.algo)]
         except KeyError:
             raise NotImplementedError(f"{rec.node}: no GPU kernel for {type(rec).__name__} / {rec.algo}") from None
+
+
+def _too_small_for_tiles(rec, k_side: int):
+    """Why the implicit GEMM would waste its tiles (None when it would not): output channels
+    per group are one side of the tile, k_side (the taps a tile reduces over) the other."""
+    cout_g = rec.y_shape[1] // rec.groups
+    if cout_g < IGEMM_MIN:
+        return f"{cout_g} output channel(s) per group"
+    if k_side < IGEMM_MIN:
+        return f"{k_side} input tap(s) per group"
+    return None
 
 
 def at(arena, off: int):
