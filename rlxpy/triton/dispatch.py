@@ -6,6 +6,7 @@ the GPU-side reference; `igemm`: implicit GEMM on tl.dot), resolve() returns the
 from __future__ import annotations
 
 import os
+import threading
 import weakref
 from dataclasses import replace
 from typing import Callable, Dict, Tuple, Type
@@ -155,6 +156,31 @@ def _channels_last(arena, off, n, c, h, w):
     return out
 
 
+# (kernel, scalar args, constexprs) -> the config the autotuner chose for them
+_TUNED: Dict[tuple, triton.Config] = {}
+_TUNE_LOCK = threading.Lock()
+
+
+def tuned_launch(tuner, grid, args, constexprs):
+    """Launch an autotuned kernel. The interpreter takes one fixed tile. On a GPU the first
+    launch for a shape tunes under a lock and later ones call the kernel with the chosen
+    config directly: Triton's Autotuner keeps per-call state on itself (two threads
+    launching through it at once failed on the H200), and skipping it shortens every launch."""
+    if INTERPRET:
+        tuner.fn[grid(IGEMM_BLOCKS)](*args, **constexprs, **IGEMM_BLOCKS)
+        return
+    key = (tuner.fn.__name__,) + tuple(a for a in args if isinstance(a, int)) + tuple(sorted(constexprs.items()))
+    config = _TUNED.get(key)
+    if config is None:
+        with _TUNE_LOCK:
+            config = _TUNED.get(key)
+            if config is None:
+                tuner[grid](*args, **constexprs)      # tunes, then runs with the best config
+                _TUNED[key] = tuner.best_config
+                return
+    tuner.fn[grid](*args, **constexprs, **config.all_kwargs())
+
+
 def _launch_igemm(xt, wk, bias, y, n, c, h, w, k, oh, ow, has_bias, geometry, x_nhwc=True):
     """conv2d_igemm over the grid (pixel tiles, output-channel tiles, groups): a fixed tile
     on the interpreter, autotuned tiles on a GPU."""
@@ -164,10 +190,7 @@ def _launch_igemm(xt, wk, bias, y, n, c, h, w, k, oh, ow, has_bias, geometry, x_
     def grid(meta):
         return triton.cdiv(n * oh * ow, meta["BLOCK_M"]), triton.cdiv(cout_g, meta["BLOCK_N"]), groups
 
-    if INTERPRET:
-        K.conv2d_igemm[grid(IGEMM_BLOCKS)](*args, HAS_BIAS=has_bias, X_NHWC=x_nhwc, **geometry, **IGEMM_BLOCKS)
-    else:
-        K.conv2d_igemm_tuned[grid](*args, HAS_BIAS=has_bias, X_NHWC=x_nhwc, **geometry)
+    tuned_launch(K.conv2d_igemm_tuned, grid, args, dict(HAS_BIAS=has_bias, X_NHWC=x_nhwc, **geometry))
 
 
 @runs(R.Conv2D, "igemm")
@@ -222,10 +245,7 @@ def conv2d_backward_weight_igemm(rec, arena):
         return tiles + (rec.groups * split,)
 
     args = (at(arena, rec.x_off), at(arena, rec.dy_off), dw, n, c, h, w, k, oh, ow, oh * ow)
-    if INTERPRET:
-        K.conv2d_igemm_dw[grid(IGEMM_BLOCKS)](*args, INTERPRETED=True, **geometry, **IGEMM_BLOCKS)
-    else:
-        K.conv2d_igemm_dw_tuned[grid](*args, INTERPRETED=False, **geometry)
+    tuned_launch(K.conv2d_igemm_dw_tuned, grid, args, dict(INTERPRETED=INTERPRET, **geometry))
 
 
 def _sm_count(arena) -> int:
