@@ -106,21 +106,22 @@ def bench_backward(n, with_simple):
             ref = lambda: torch.nn.grad.conv2d_weight(x, w.shape, dy, padding=p)  # noqa: E731
             exact = torch.nn.grad.conv2d_weight(x.double(), w.shape, dy.double(), padding=p)
         torch_ms = timed(ref)
-        exe = rx.compile(g, device="cuda")
-        launch, out, rec = kernel_of(exe, inputs)
-        launch()
-        err = rel_err(out(), exact)
-        # the atomic (simple) kernels take seconds at batch 32: timed there only with --simple
-        slow_ok = with_simple or n == 1 or rec.algo == "igemm"
-        ms = timed(launch, warmup=5, rep=50) if slow_ok else (float("nan"),) * 2
-        rows.append((f"3x3 64@56 {kind} N={n}", rec.algo, ms, torch_ms, flops, err, rel_err(ref(), exact)))
+        for algo in (["igemm", "simple"] if with_simple else ["igemm"]):
+            os.environ["RLX_TRITON_ALGO"] = algo
+            exe = rx.compile(g, device="cuda")
+            launch, out, rec = kernel_of(exe, inputs)
+            launch()
+            err = rel_err(out(), exact)
+            # the atomic (simple) kernels take seconds at batch 32: timed only at batch 1
+            ms = timed(launch, warmup=5, rep=50) if n == 1 or algo == "igemm" else (float("nan"),) * 2
+            rows.append((f"3x3 64@56 {kind} N={n}", rec.algo, ms, torch_ms, flops, err, rel_err(ref(), exact)))
     return rows
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--batches", default="1,32")
-    ap.add_argument("--simple", action="store_true", help="also time the simple (reference) kernels")
+    ap.add_argument("--simple", action="store_true", help="also time the simple (reference) kernels, at batch 1")
     ap.add_argument("--no-backward", action="store_true", help="forward cases only")
     ap.add_argument("--only", default="", help="forward cases whose name contains this")
     ap.add_argument("--nchw", action="store_true", help="implicit GEMM reads NCHW x in place (no channels-last copy)")
@@ -139,7 +140,7 @@ def main():
         for case in [c for c in CASES if args.only in c[0]]:
             rows += bench_forward(case[0], n, *case[1:], with_simple=args.simple and n == 1)
         if not args.no_backward:
-            rows += bench_backward(n, args.simple)
+            rows += bench_backward(n, args.simple and n == 1)
         for name, algo, (ms, ms_l), (tms, tms_l), flops, err, terr in rows:
             print(f"| {name} | {algo} | {ms * 1e3:.1f} | {tms * 1e3:.1f} | {flops / ms / 1e9:.1f} | "
                   f"{flops / tms / 1e9:.1f} | {tms / ms:.2f} | {ms_l * 1e3:.1f} | {tms_l * 1e3:.1f} | "
