@@ -211,14 +211,6 @@ def test_triton_small_cnn_and_tensor_io():
     assert exe.run({"x": xv})["y"].shape == ref.shape   # still usable after the refused run
 
 
-def test_triton_cuda_graph_flag_is_checked(monkeypatch):
-    monkeypatch.setenv("RLX_CUDA_GRAPH", "yes")
-    g = rx.Graph()
-    g.output("y", g.resize_nearest2x(g.input("x", (1, 1, 2, 2))))
-    with pytest.raises(ValueError, match="RLX_CUDA_GRAPH='yes'"):
-        rx.compile(g, device="cuda")
-
-
 def test_triton_graph_with_a_node_without_gpu_kernel_is_refused():
     g = rx.Graph()
     x = g.input("x", (1, 2, 4, 4, 4))
@@ -228,11 +220,12 @@ def test_triton_graph_with_a_node_without_gpu_kernel_is_refused():
         rx.compile(g, device="cuda")
 
 
-def test_triton_algo_flag_is_checked(monkeypatch):
-    monkeypatch.setenv("RLX_TRITON_ALGO", "fastest")
+@pytest.mark.parametrize("flag, value", [("RLX_TRITON_ALGO", "fastest"), ("RLX_CUDA_GRAPH", "yes")])
+def test_triton_gpu_flags_are_checked(flag, value, monkeypatch):
+    monkeypatch.setenv(flag, value)
     g = rx.Graph()
     g.output("y", g.resize_nearest2x(g.input("x", (1, 1, 2, 2))))
-    with pytest.raises(ValueError, match="RLX_TRITON_ALGO='fastest'"):
+    with pytest.raises(ValueError, match=f"{flag}='{value}'"):
         rx.compile(g, device="cuda")
 
 

@@ -5,7 +5,10 @@ BLOCK_OW output columns, pid = ((b*C_OUT + c_out)*OH + oh)*num_ow_tiles + ow_til
 weight scalar per tap; zero padding comes from the load masks. They are the GPU-side
 reference. The implicit-GEMM forward computes the same conv as tiles of
 [BLOCK_M output pixels x BLOCK_K taps] @ [BLOCK_K taps x BLOCK_N output channels] on
-tl.dot, gathering input taps straight from x (no im2col buffer in memory).
+tl.dot, gathering input taps straight from x (no im2col buffer in memory); the stride-1
+input gradient runs on it too, and the weight gradient has an implicit GEMM of its own
+over the pixels. nchw_to_nhwc makes the channels-last operand. Measurements and the
+reasons for the loop and layout choices: bench/GPU_NOTES.md.
 
 Geometry (kernel, stride, begin padding, dilation, groups) is compile-time constant; the
 end padding is implied by OH/OW.
