@@ -126,11 +126,16 @@ class Executable:
         try:
             for name, (off, shape) in plan.inputs.items():
                 view(arena, off, shape)[...] = inputs[name]   # any strides: copied into place
-            for fn, rec in calls:
-                try:
-                    fn(rec, arena)
-                except Exception as e:
-                    raise RuntimeError(f"{rec.node} ({type(rec).__name__}, algo {rec.algo}) failed: {e}") from e
+            self._launch_each(calls, arena)
             return {name: view(arena, off, shape).copy() for name, (off, shape) in plan.outputs.items()}
         finally:
             plan.pool.release(arena)
+
+    @staticmethod
+    def _launch_each(calls, arena):
+        """The thunks in order; a failure names the node, its record type and its kernel."""
+        for fn, rec in calls:
+            try:
+                fn(rec, arena)
+            except Exception as e:
+                raise RuntimeError(f"{rec.node} ({type(rec).__name__}, algo {rec.algo}) failed: {e}") from e

@@ -148,11 +148,3 @@ class CudaExecutable(Executable):
                 self._graphs[key] = 1
         else:
             state.replay()
-
-    @staticmethod
-    def _launch_each(calls, arena):
-        for fn, rec in calls:
-            try:
-                fn(rec, arena)
-            except Exception as e:
-                raise RuntimeError(f"{rec.node} ({type(rec).__name__}, algo {rec.algo}) failed: {e}") from e
