@@ -133,16 +133,20 @@ def _arena_cache(arena) -> dict:
     return _WEIGHTS_T[key]
 
 
-def _weights_k(rec, arena):
-    """The weights as wk [C_OUT, KH, KW, C_IN/G] (contiguous along the GEMM's K). A param's
-    copy is made once per arena; a weight that is a graph input is redone each run."""
+def _rearranged_weights(rec, arena, key, make):
+    """make(w [C_OUT, C_IN/G, KH, KW] view of the arena) -> a re-arranged copy. A param's
+    copy is made once per arena and kept under `key`; a weight that is a graph input is
+    redone each run."""
     cached = _arena_cache(arena) if rec.weight_const else {}
-    if rec.w_off in cached:
-        return cached[rec.w_off]
-    k, cg = rec.y_shape[1], rec.x_shape[1] // rec.groups
-    w = at(arena, rec.w_off)[:k * cg * rec.kernel[0] * rec.kernel[1]].view(k, cg, *rec.kernel)
-    cached[rec.w_off] = wk = w.permute(0, 2, 3, 1).contiguous()
-    return wk
+    if key not in cached:
+        k, cg = rec.y_shape[1], rec.x_shape[1] // rec.groups
+        cached[key] = make(at(arena, rec.w_off)[:k * cg * rec.kernel[0] * rec.kernel[1]].view(k, cg, *rec.kernel))
+    return cached[key]
+
+
+def _weights_k(rec, arena):
+    """The weights as wk [C_OUT, KH, KW, C_IN/G] (contiguous along the GEMM's K)."""
+    return _rearranged_weights(rec, arena, rec.w_off, lambda w: w.permute(0, 2, 3, 1).contiguous())
 
 
 def _channels_last(arena, off, n, c, h, w):
@@ -215,17 +219,17 @@ def conv2d_backward_input_igemm(rec, arena):
     _, k, oh, ow = rec.y_shape
     g, (kh, kw), (dh, dw) = rec.groups, rec.kernel, rec.dilation
     cg, kg = c // g, k // g
-    cached = _arena_cache(arena) if rec.weight_const else {}
-    key = ("dx", rec.w_off)
-    if key not in cached:
+
+    def flipped_k_major(wv):
         # w [K, C/g, kh, kw] -> w' [C, K/g, kh, kw] (flipped), stored K-major as [C, kh, kw, K/g]
-        wv = at(arena, rec.w_off)[:k * cg * kh * kw].view(g, kg, cg, kh, kw)
-        cached[key] = wv.flip(3, 4).transpose(1, 2).reshape(c, kg, kh, kw).permute(0, 2, 3, 1).contiguous()
+        wv = wv.view(g, kg, cg, kh, kw)
+        return wv.flip(3, 4).transpose(1, 2).reshape(c, kg, kh, kw).permute(0, 2, 3, 1).contiguous()
+
+    wk = _rearranged_weights(rec, arena, ("dx", rec.w_off), flipped_k_major)
     geometry = dict(KH=kh, KW=kw, SH=1, SW=1, PH=dh * (kh - 1) - rec.pad_begin[0], PW=dw * (kw - 1) - rec.pad_begin[1],
                     DH=dh, DW=dw, GROUPS=g, CIN_G=kg, COUT_G=cg)
     dyt = _channels_last(arena, rec.dy_off, n, k, oh, ow)
-    _launch_igemm(dyt, cached[key], dyt, at(arena, rec.dx_off), n, k, oh, ow, c, h, w, False, geometry)
-
+    _launch_igemm(dyt, wk, dyt, at(arena, rec.dx_off), n, k, oh, ow, c, h, w, False, geometry)
 
 
 @runs(R.Conv2dBackwardWeight, "igemm")
@@ -253,6 +257,7 @@ def _sm_count(arena) -> int:
     if arena.device.type != "cuda":
         return 4
     return torch.cuda.get_device_properties(arena.device).multi_processor_count
+
 
 def launch_backward(arena, rec_geometry, x_off, w_off, dy_off, dx_off, dw_off):
     """conv2d_backward_dx (dw_off < 0), conv2d_backward_dw (dx_off < 0) or both in one
@@ -315,4 +320,3 @@ def resize_nearest2x(rec, arena):
     n, c, h, w = rec.x_shape
     total = 4 * n * c * h * w
     K.resize_nearest2x[_pool_grid(total)](at(arena, rec.x_off), at(arena, rec.y_off), total, h, w, BLOCK=BLOCK)
-

@@ -177,7 +177,6 @@ IGEMM_CONFIGS = [
 conv2d_igemm_tuned = triton.autotune(IGEMM_CONFIGS, key=["N", "C_IN", "H", "W", "C_OUT", "OH", "OW"])(conv2d_igemm)
 
 
-
 @triton.jit
 def _dw_chunk(acc, t, x_ptr, dy_ptr, co, ci, m_ok, n_ok, offs_k, chunks, kh, kw, C_IN, H, W, C_OUT, OW, OHW,
               SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
@@ -212,8 +211,9 @@ def conv2d_igemm_dw(x_ptr, dy_ptr, dw_ptr, N, C_IN, H, W, C_OUT, OH, OW, OHW,
     with one atomic tile add (SPLIT adds per element, not one per pixel as in the atomic
     starting design). Both operands are read from NCHW in place, contiguous along the
     pixels, which is the GEMM's K (OHW = OH*OW is passed so that the compiler can prove
-    16-byte alignment of dy rows when it is a multiple of 16). The chunk loop is a `for` (software-pipelined) on a GPU;
-    the interpreter cannot take a range with run-time bounds, so it gets a `while`."""
+    16-byte alignment of dy rows when it is a multiple of 16). The chunk loop is a `for`
+    (software-pipelined) on a GPU; the interpreter cannot take a range with run-time
+    bounds, so it gets a `while`."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     SPLIT = tl.num_programs(2) // GROUPS
@@ -257,6 +257,7 @@ IGEMM_DW_CONFIGS = [
 # autotuning runs the kernel several times: dw_ptr (an exactly sized view) is zeroed before each
 conv2d_igemm_dw_tuned = triton.autotune(IGEMM_DW_CONFIGS, key=["N", "C_IN", "H", "W", "C_OUT", "OH", "OW"],
                                         reset_to_zero=["dw_ptr"])(conv2d_igemm_dw)
+
 
 @triton.jit
 def pool2d(x_ptr, y_ptr, total, H, W, OH, OW,
