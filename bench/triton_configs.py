@@ -16,7 +16,7 @@ import triton.testing
 import rlxpy as rx
 from rlxpy.triton import dispatch as D
 from rlxpy.triton import kernels as K
-from triton_suite import CASES
+from triton_suite import CASES, arena_with_inputs
 
 do_bench = functools.partial(triton.testing.do_bench, return_mode="median")
 CONFIGS = [(128, 64, 32, 4, 4), (128, 128, 32, 8, 3), (64, 64, 32, 4, 4), (128, 64, 64, 4, 3),
@@ -37,10 +37,7 @@ def main():
         g = rx.Graph()
         g.output("y", g.conv(g.input("x", tuple(x.shape)), g.param("w", w.cpu().numpy()), stride=s, padding=p))
         exe = rx.compile(g, device="cuda")
-        plan, calls = exe._plan_for(exe.check_inputs({"x": x}))
-        arena = exe._acquire(plan)
-        off, shape = plan.inputs["x"]
-        exe._view(arena, off, shape).copy_(x)
+        _, calls, arena = arena_with_inputs(exe, {"x": x})
         rec = calls[0][1]
         oh, ow = rec.y_shape[2:]
         torch_ms = do_bench(lambda: torch.nn.functional.conv2d(x, w, stride=s, padding=p))
@@ -70,8 +67,8 @@ def main():
                     row.append(f"{do_bench(launch) * 1e3:7.1f}")
                 except Exception as e:   # a config over the shared-memory limit
                     row.append(f"failed ({type(e).__name__})")
-            print(f"  {bm}x{bn}x{bk} w{nw} s{ns}: " + ", ".join(f"{lay} {t} us" for lay, t in zip(("nhwc", "nchw"), row)),
-                  flush=True)
+            times = ", ".join(f"{lay} {t} us" for lay, t in zip(("nhwc", "nchw"), row))
+            print(f"  {bm}x{bn}x{bk} w{nw} s{ns}: {times}", flush=True)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ def timed(fn, **kw):
     fn()       # compile and autotune outside the graph
     return do_bench_graph(fn), do_bench(fn, **kw)
 
+
 F = torch.nn.functional
 CASES = [  # name, C_in, H, C_out, k, stride, pad
     ("ResNet-18 stem", 3, 224, 64, 7, 2, 3),
@@ -45,12 +46,18 @@ CASES = [  # name, C_in, H, C_out, k, stride, pad
 ]
 
 
-def kernel_of(exe, inputs):
-    """The first thunk's launcher and an arena holding the inputs: times the kernel alone."""
+def arena_with_inputs(exe, inputs):
+    """(plan, its (launcher, record) calls, an arena of it holding the inputs)."""
     plan, calls = exe._plan_for(exe.check_inputs(inputs))
     arena = exe._acquire(plan)
     for name, (off, shape) in plan.inputs.items():
         exe._view(arena, off, shape).copy_(inputs[name])
+    return plan, calls, arena
+
+
+def kernel_of(exe, inputs):
+    """The first thunk's launcher and an arena holding the inputs: times the kernel alone."""
+    plan, calls, arena = arena_with_inputs(exe, inputs)
     fn, rec = calls[0]
     out_off, out_shape = next(iter(plan.outputs.values()))
     return (lambda: fn(rec, arena)), (lambda: exe._view(arena, out_off, out_shape)), rec
