@@ -116,6 +116,16 @@ def _max_into(yf, at, v):
 
 
 @kernel
+def _max_row_tested(xf, yf, xr, yr, start, sw, W, ow_from, ow_to):
+    """One tap folded into outputs [ow_from, ow_to) of a row, each tested against the row's
+    ends (the clipped columns): output ow reads input column ow*sw + start."""
+    for ow in range(ow_from, ow_to):
+        ix = ow * sw + start
+        if 0 <= ix < W:
+            _max_into(yf, yr + ow, xf[u(xr + ix)])
+
+
+@kernel
 def _max_plane2d(xf, yf, p, H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw):
     """A 2-D max-pool plane a row at a time: each input row in the window is folded into the
     output row tap by tap, in one pass over the columns whose taps all fall inside the row
@@ -135,14 +145,8 @@ def _max_plane2d(xf, yf, p, H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw):
                 start = kw * dw - pw
                 for ow in range(c_lo, c_hi):
                     _max_into(yf, yr + ow, xf[u(xr + ow * sw + start)])
-                for ow in range(min(c_lo, OW)):
-                    ix = ow * sw + start
-                    if 0 <= ix < W:
-                        _max_into(yf, yr + ow, xf[u(xr + ix)])
-                for ow in range(max(c_lo, c_hi), OW):
-                    ix = ow * sw + start
-                    if 0 <= ix < W:
-                        _max_into(yf, yr + ow, xf[u(xr + ix)])
+                _max_row_tested(xf, yf, xr, yr, start, sw, W, 0, min(c_lo, OW))
+                _max_row_tested(xf, yf, xr, yr, start, sw, W, max(c_lo, c_hi), OW)
 
 
 @parallel_kernel
