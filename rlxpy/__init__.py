@@ -3,7 +3,7 @@
     g = rlxpy.Graph(); x = g.input("x", (None, 3, 32, 32)); ...; g.output("y", y)
     exe = rlxpy.compile(g); exe.run({"x": batch}); print(exe.explain())
 """
-from .cpu_kernels.config import Config
+from .config import Config
 from .ir.graph import Graph, Value
 from .thunks.executor import Executable
 
@@ -11,13 +11,17 @@ __all__ = ["Graph", "Value", "Config", "Executable", "compile"]
 __version__ = "0.1.0"
 
 
-def compile(graph: Graph, config: Config = None, device: str = "cpu", plan_memory: bool = True):
+def compile(graph: Graph, config: Config = None, device: str = "cpu", plan_memory: bool = True,
+            guard_bytes: int = 0) -> Executable:
     """Lower `graph` into an Executable. config defaults to Config.from_env(); device "cpu"
-    runs numba kernels, "cuda" the optional Triton lowering; plan_memory=False gives every
-    value bytes of its own (for tests that look for aliasing)."""
+    runs numba kernels, "cuda" the optional Triton lowering. plan_memory=False gives every
+    value bytes of its own, and guard_bytes > 0 (with it) puts guard zones around every
+    tensor: both are for tests that look for aliasing and stray writes."""
+    config = Config.from_env() if config is None else config
     if device == "cpu":
-        return Executable(graph, config, plan_memory)
+        from .cpu_kernels.backend import CPU
+        return Executable(graph, CPU, config, plan_memory, guard_bytes)
     if device == "cuda":
         from .triton.executable import compile_cuda
-        return compile_cuda(graph, config, plan_memory)
+        return compile_cuda(graph, config, plan_memory, guard_bytes)
     raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")

@@ -182,7 +182,7 @@ def test_deep_chain_arena_reuses_bytes_and_matches_unplanned_run():
     # 12 intermediates + input + output: reuse needs the pinned ones plus two live activations
     assert u.arena_bytes >= 13 * act
     assert p.arena_bytes <= 4 * act + sum(A.align(4 * 8 * 8 * 9) for _ in range(12))
-    offsets = {t.y_off for t in p.thunks}
+    offsets = {t.off("y") for t in p.thunks}
     assert len(offsets) < len(p.thunks)      # intermediates really share bytes
     x = rand(np.random.default_rng(6), 2, 8, 16, 16)
     assert np.array_equal(planned.run({"x": x})["y"], unplanned.run({"x": x})["y"])
@@ -211,13 +211,13 @@ def test_pinned_values_are_never_overlapped():
     y_off, _ = p.outputs["y"]
     size = 2 * 8 * 16 * 16 * 4
     for t in p.thunks[:-1]:
-        assert not (t.y_off < x_off + size and x_off < t.y_off + size)
-        assert not (t.y_off < y_off + size and y_off < t.y_off + size)
+        assert not (t.off("y") < x_off + size and x_off < t.off("y") + size)
+        assert not (t.off("y") < y_off + size and y_off < t.off("y") + size)
 
 
 def test_arena_is_64_byte_aligned(exe):
     assert A.new_arena(1000).ctypes.data % 64 == 0
-    assert all(t.x_off % 64 == 0 and t.y_off % 64 == 0 for t in exe.thunks)
+    assert all(t.off("x") % 64 == 0 and t.off("y") % 64 == 0 for t in exe.thunks)
 
 
 def test_conv1d_lowers_to_the_2d_record_without_a_copy():
@@ -225,9 +225,10 @@ def test_conv1d_lowers_to_the_2d_record_without_a_copy():
     x = g.input("x", (2, 3, 17))
     g.output("y", g.conv(x, g.param("w", np.ones((4, 3, 5), np.float32)), stride=2, padding=(1,)))
     exe = rx.compile(g, REFERENCE)
-    (rec,) = exe.thunks                      # one thunk: no reshape/copy record
-    assert isinstance(rec, R.Conv2D) and rec.x_shape == (2, 3, 1, 17) and rec.kernel == (1, 5)
-    assert rec.x_off == exe.plan().inputs["x"][0]
+    (th,) = exe.thunks                       # one thunk: no reshape/copy record
+    rec = th.record
+    assert isinstance(rec, R.Conv2D) and rec.geometry.x_shape == (2, 3, 1, 17) and rec.geometry.kernel == (1, 5)
+    assert th.off("x") == exe.plan().inputs["x"][0]
     assert exe.run({"x": np.ones((2, 3, 17), np.float32)})["y"].shape == (2, 4, 8)
 
 
@@ -236,20 +237,31 @@ def test_1x1_unpadded_conv_lowers_to_conv2d1x1():
     x = g.input("x", (1, 4, 5, 5))
     g.output("a", g.conv(x, g.param("w", np.ones((2, 4, 1, 1), np.float32))))
     g.output("b", g.conv(x, g.param("w2", np.ones((2, 4, 1, 1), np.float32)), padding=1))
-    types = [type(t) for t in rx.compile(g, REFERENCE).thunks]
+    types = [type(t.record) for t in rx.compile(g, REFERENCE).thunks]
     assert types == [R.Conv2D1x1, R.Conv2D]
+
+
+def _assert_plain(obj, path):
+    """ints, strs, bools, tuples of ints, or frozen dataclasses made of those."""
+    import dataclasses
+    if dataclasses.is_dataclass(obj):
+        assert obj.__dataclass_params__.frozen, path
+        for f in dataclasses.fields(obj):
+            _assert_plain(getattr(obj, f.name), f"{path}.{f.name}")
+    else:
+        assert isinstance(obj, (int, str, bool)) or all(isinstance(i, int) for i in obj), path
 
 
 def test_records_are_frozen_plain_data(exe):
     import dataclasses
     import pickle
-    rec = exe.thunks[0]
+    th = exe.thunks[0]
     with pytest.raises(dataclasses.FrozenInstanceError):
-        rec.algo = "im2col"
-    assert pickle.loads(pickle.dumps(rec)) == rec
-    for f in dataclasses.fields(rec):
-        v = getattr(rec, f.name)
-        assert isinstance(v, (int, str, bool)) or all(isinstance(i, int) for i in v)
+        th.algo = "im2col"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        th.record.geometry.groups = 2
+    assert pickle.loads(pickle.dumps(th)) == th
+    _assert_plain(th, "thunk")
 
 
 def test_reference_config_records_naive_everywhere():

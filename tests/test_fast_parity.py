@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import rlxpy as rx
-from rlxpy.thunks import algos
+from rlxpy.cpu_kernels import choose as algos
 
 from helpers import REFERENCE, assert_close, rand, run_graph
 
@@ -99,7 +99,7 @@ def test_winograd_with_a_weight_that_changes_between_runs():
     x, w = g.input("x", (2, 8, 9, 9)), g.input("w", (8, 8, 3, 3))
     g.output("y", g.conv(x, w, padding=1))
     fast, ref = rx.compile(g, WINOGRAD), rx.compile(g, REFERENCE)
-    assert fast.thunks[0].algo == "winograd" and not fast.thunks[0].weight_const
+    assert fast.thunks[0].algo == "winograd" and not fast.thunks[0].record.weight_const
     rng = np.random.default_rng(21)
     xv = rand(rng, 2, 8, 9, 9)
     for _ in range(2):
@@ -114,7 +114,7 @@ def test_winograd_param_transform_is_cached_per_arena_and_stays_right():
     params = {"w": rand(rng, 16, 16, 3, 3)}
     ref, _ = run_graph(build, {"x": x}, params, REFERENCE)
     out, exe = run_graph(build, {"x": x}, params, WINOGRAD)
-    assert exe.thunks[0].weight_const and exe.thunks[0].aux_bytes > 0
+    assert exe.thunks[0].record.weight_const and exe.thunks[0].persistent_bytes > 0
     for _ in range(3):
         assert_close(exe.run({"x": x})["out"], ref, TOL["winograd"])
 

@@ -66,7 +66,7 @@ def test_conv_reference_matches_torch(case):
     rec = exe.thunks[0]
     assert rec.algo == "naive"
     is_1x1 = nsp < 3 and all(s == 1 for s in w.shape[2:]) and stride == 1 and padding == 0 and groups == 1
-    assert type(rec).__name__ == ("Conv3d" if nsp == 3 else "Conv2D1x1" if is_1x1 else "Conv2D")
+    assert type(rec.record).__name__ == ("Conv3d" if nsp == 3 else "Conv2D1x1" if is_1x1 else "Conv2D")
 
 
 # (N, C_in, spatial, C_out/g, kernel, stride, padding, output_padding, dilation, groups, bias)

@@ -26,6 +26,7 @@ from rlxpy.thunks import records as R  # noqa: E402
 from helpers import REFERENCE, assert_close, pairs, rand, torch_pad  # noqa: E402
 
 TOL = {"simple": 1e-4, "igemm": 5e-3 if ON_GPU else 1e-4}
+TOL["igemm_nchw"] = TOL["igemm"]
 
 
 def build_and_run(build, inputs, params, device, **run_kw):
@@ -79,10 +80,8 @@ def test_triton_conv_forward_matches_cpu_reference(case, algo, monkeypatch):
 
 @pytest.mark.parametrize("case", [CONVS[i] for i in (1, 2, 3, 4)], ids=str)
 def test_triton_igemm_reads_nchw_x_in_place(case, monkeypatch):
-    """IGEMM_X_NHWC=False: the implicit GEMM gathers x from NCHW instead of a channels-last copy."""
-    from rlxpy.triton import dispatch
-    monkeypatch.setattr(dispatch, "IGEMM_X_NHWC", False)
-    test_triton_conv_forward_matches_cpu_reference(case, "igemm", monkeypatch)
+    """igemm_nchw: the implicit GEMM gathers x from NCHW instead of a channels-last copy."""
+    test_triton_conv_forward_matches_cpu_reference(case, "igemm_nchw", monkeypatch)
 
 
 # (N, C, H, W, K, kernel, stride, padding, dilation, groups)
@@ -97,8 +96,8 @@ BACKWARD = [
 
 def _expected_backward_algos(rec_dx, rec_dw, algo):
     """Which kernels `RLX_TRITON_ALGO=algo` must pick for a dx / dw record pair."""
-    cin_g, cout_g = rec_dw.x_shape[1] // rec_dw.groups, rec_dw.y_shape[1] // rec_dw.groups
-    dx_igemm = algo != "simple" and rec_dx.stride == (1, 1)
+    cin_g, cout_g = rec_dw.geometry.cin_g, rec_dw.geometry.cout_g
+    dx_igemm = algo != "simple" and rec_dx.geometry.stride == (1, 1)
     dw_igemm = algo == "igemm" or (algo == "auto" and cin_g >= 8 and cout_g >= 8)
     return ("igemm" if dx_igemm else "simple"), ("igemm" if dw_igemm else "simple")
 
@@ -120,11 +119,11 @@ def test_triton_conv_backward_matches_cpu_reference(case, algo, monkeypatch):
                                    {"x": x, "dy": dy}, {}, device)
         if device == "cpu":
             ref_dx, ref_dw = dx, dw
-    rec_dx, rec_dw = exe_dx.thunks[0], exe_dw.thunks[0]
-    assert isinstance(rec_dx, R.Conv2dBackwardInput) and isinstance(rec_dw, R.Conv2dBackwardWeight)
-    assert (rec_dx.algo, rec_dw.algo) == _expected_backward_algos(rec_dx, rec_dw, algo)
-    assert_close(dx, ref_dx, TOL[rec_dx.algo], "dx")
-    assert_close(dw, ref_dw, TOL[rec_dw.algo], "dw")
+    th_dx, th_dw = exe_dx.thunks[0], exe_dw.thunks[0]
+    assert isinstance(th_dx.record, R.Conv2dBackwardInput) and isinstance(th_dw.record, R.Conv2dBackwardWeight)
+    assert (th_dx.algo, th_dw.algo) == _expected_backward_algos(th_dx.record, th_dw.record, algo)
+    assert_close(dx, ref_dx, TOL[th_dx.algo], "dx")
+    assert_close(dw, ref_dw, TOL[th_dw.algo], "dw")
 
 
 def test_triton_fused_backward_matches_separate_kernels():
@@ -139,7 +138,7 @@ def test_triton_fused_backward_matches_separate_kernels():
                               {"dy": dy}, {"w": w}, "cpu")
     ref_dw, exe = build_and_run(lambda g, v: g.conv2d_backward_weight(v["x"], v["dy"], (3, 3), **kw),
                                 {"x": x, "dy": dy}, {}, "cpu")
-    geometry = exe.thunks[0]
+    geometry = exe.thunks[0].record.geometry
     dev = "cuda" if ON_GPU else "cpu"
     sizes = [x.size, w.size, dy.size, x.size, w.size]
     offs = np.cumsum([0] + [4 * ((s + 15) // 16 * 16) for s in sizes])
@@ -200,7 +199,7 @@ def test_triton_small_cnn_and_tensor_io():
     assert_close(exe.run({"x": xv})["y"], ref, TOL["igemm"])
     # auto: the RGB conv has 27 taps x 8 channels for the tiles; the depthwise conv (1 output
     # channel per group) and the 1x1 conv (4 output channels) would leave them mostly padding
-    convs = [r.algo for r in exe.thunks if isinstance(r, (R.Conv2D, R.Conv2D1x1))]
+    convs = [t.algo for t in exe.thunks if isinstance(t.record, (R.Conv2D, R.Conv2D1x1))]
     assert convs == ["igemm", "simple", "simple"]
     xt = torch.from_numpy(xv).to(exe.device)
     out = exe.run({"x": xt}, return_tensors=True)["y"]
@@ -220,7 +219,7 @@ def test_triton_graph_with_a_node_without_gpu_kernel_is_refused():
         rx.compile(g, device="cuda")
 
 
-@pytest.mark.parametrize("flag, value", [("RLX_TRITON_ALGO", "fastest"), ("RLX_CUDA_GRAPH", "yes")])
+@pytest.mark.parametrize("flag, value", [("RLX_TRITON_ALGO", "fastest"), ("RLX_CUDA_GRAPH", "sometimes")])
 def test_triton_gpu_flags_are_checked(flag, value, monkeypatch):
     monkeypatch.setenv(flag, value)
     g = rx.Graph()

@@ -4,6 +4,7 @@ import numba
 import numpy as np
 from numba import prange
 
+from .conv3d import check_slots
 from .gemm import sgemm
 from .im2col import fill_columns
 from .jit import kernel, parallel_kernel
@@ -36,8 +37,15 @@ def conv2d_backward_weight_naive(x, dy, dw, sh, sw, ph, pw, dh, dwl, groups):
                     dw[k, c, i, j] = acc
 
 
+def weight_grad_slot_floats(g, tile_rows: int) -> int:
+    """Floats of one worker's slot: its private dw accumulator [K, C/g*kh*kw], then its
+    column tile [C/g*kh*kw, tile_rows*OW]."""
+    ck = g.cin_g * g.taps
+    return g.y_shape[1] * ck + ck * tile_rows * g.y_shape[3]
+
+
 @parallel_kernel
-def conv2d_backward_weight_im2col(x, dy, dw, sh, sw, ph, pw, dh, dwl, groups, scratch, tile_rows):
+def conv2d_backward_weight_im2col(x, dy, dw, sh, sw, ph, pw, dh, dwl, groups, scratch, slot, tile_rows):
     """dw = sum over images of dy[n, g] @ cols(x[n, g])^T. Work items are (image, group,
     tile of output rows); each worker fills the tile's columns and accumulates a GEMM into
     its own private copy of dw (beta = 1); the copies are summed once at the end.
@@ -49,7 +57,7 @@ def conv2d_backward_weight_im2col(x, dy, dw, sh, sw, ph, pw, dh, dwl, groups, sc
     Kg, CK, P = K // groups, Cg * KH * KW, OH * OW
     tiles = (OH + tile_rows - 1) // tile_rows
     acc_size = K * CK
-    slot = acc_size + CK * tile_rows * OW
+    check_slots(scratch, slot, acc_size + CK * tile_rows * OW)
     workers = scratch.size // slot
     x5 = x.reshape(N, C, 1, H, W)
     for s in prange(workers):

@@ -4,7 +4,7 @@ import numba
 import numpy as np
 from numba import prange
 
-from .conv3d import fill_bias
+from .conv3d import check_slots, fill_bias
 from .gemm import sgemm
 from .im2col import valid_range
 from .jit import kernel, parallel_kernel, u
@@ -178,6 +178,16 @@ def conv2d_depthwise(x, w, b, y, sh, sw, ph, pw, dh, dw, groups):
 #   A^T = [[1,1,1,0],[0,1,-1,-1]]
 
 
+def winograd_slot_floats(c: int, k: int, block: int, k_blocks: int) -> int:
+    """Floats of one worker's slot: V [16, C, block] then M [16, ceil(K/k_blocks), block]."""
+    return 16 * block * (c + -(-k // k_blocks))
+
+
+def winograd_filter_floats(c: int, k: int) -> int:
+    """Floats of the transformed filters U [16, K, C] (persistent per arena for a param)."""
+    return 16 * k * c
+
+
 @parallel_kernel
 def winograd_filter_transform(w, U):
     """w [K, C, 3, 3] -> U [16, K, C]."""
@@ -266,7 +276,7 @@ def _input_tile_interior(xf, o, W, Vf, es, at):
 
 
 @parallel_kernel
-def conv2d_winograd(x, U, b, y, ph, pw, scratch, block, k_blocks):
+def conv2d_winograd(x, U, b, y, ph, pw, scratch, slot, block, k_blocks):
     """3x3, stride 1, dilation 1, groups 1. Tiles of 2x2 outputs (odd sizes: the last tile is
     clipped); padding is read as zeros by the input transform, so no padded copy of x.
     Work items are (block of tiles, block of output channels); each worker transforms its
@@ -280,7 +290,7 @@ def conv2d_winograd(x, U, b, y, ph, pw, scratch, block, k_blocks):
     P = N * TT
     nblocks = (P + block - 1) // block
     kb = (K + k_blocks - 1) // k_blocks
-    slot = 16 * block * (C + kb)
+    check_slots(scratch, slot, 16 * block * (C + kb))
     xf, yf = x.reshape(x.size), y.reshape(y.size)
     for it in prange(nblocks * k_blocks):
         bi = it // k_blocks

@@ -50,8 +50,23 @@ def fill_bias(y3, n, k0, k1, p0, p1, b):
         y3[n, k, p0:p1] = b[k] if b.size > 0 else np.float32(0.0)
 
 
+def im2col_slot_floats(g3, tile_rows: int) -> int:
+    """Floats of one worker's column tile: [C/g * k^3, tile_rows * OW]. g3: a ConvGeometry
+    with 3 spatial axes. The planner sizes scratch with this; the kernel checks it."""
+    return g3.cin_g * g3.taps * tile_rows * g3.y_shape[-1]
+
+
+@kernel
+def check_slots(scratch, slot, need):
+    """Refuse a per-worker slot smaller than the kernel uses: numba checks no bounds, so an
+    undersized slot would write into another worker's. (The caller derives the slot from
+    the scratch size and the pool's worker count, so every worker has one.)"""
+    if slot < need:
+        raise ValueError("scratch slot is smaller than the kernel needs")
+
+
 @parallel_kernel
-def conv_im2col(x, w, b, y, sd, sh, sw, pd, ph, pw, dd, dh, dw, groups, scratch, tile_rows, k_blocks):
+def conv_im2col(x, w, b, y, sd, sh, sw, pd, ph, pw, dd, dh, dw, groups, scratch, slot, tile_rows, k_blocks):
     """im2col + SGEMM. Work items are (image, group, tile of output rows, block of output
     channels), spread over numba's pool; each worker fills the columns of its tile into its
     own slot of `scratch` (cols [C/g*k^3, rows*OW], cache-sized) and runs a single-threaded
@@ -63,7 +78,7 @@ def conv_im2col(x, w, b, y, sd, sh, sw, pd, ph, pw, dd, dh, dw, groups, scratch,
     P = R * OW
     tiles = (R + tile_rows - 1) // tile_rows
     kb = (Kg + k_blocks - 1) // k_blocks
-    slot = CK * tile_rows * OW
+    check_slots(scratch, slot, CK * tile_rows * OW)
     y3 = y.reshape(N, K, P)
     items = N * groups * tiles * k_blocks
     for it in prange(items):

@@ -3,6 +3,7 @@ import numba
 import numpy as np
 from numba import prange
 
+from .conv3d import check_slots
 from .gemm import sgemm
 from .im2col import valid_range
 from .jit import kernel, parallel_kernel, u
@@ -44,8 +45,15 @@ def conv_transpose_naive(x, w, b, y, sd, sh, sw, pd, ph, pw, dd, dh, dw, groups)
                         y[n, k, od, oh, ow] = acc + bias
 
 
+def col2im_slot_floats(out_per_group: int, k_blocks: int, taps: int, in_pixels: int) -> int:
+    """Floats of one worker's columns: [ceil(out_per_group / k_blocks) * taps, in_pixels],
+    where in_pixels is the GEMM input's spatial size (x of a transposed conv, dy of an
+    input gradient)."""
+    return -(-out_per_group // k_blocks) * taps * in_pixels
+
+
 @parallel_kernel
-def conv_transpose_col2im(x, w, b, y, sd, sh, sw, pd, ph, pw, dd, dh, dw, groups, scratch, k_blocks):
+def conv_transpose_col2im(x, w, b, y, sd, sh, sw, pd, ph, pw, dd, dh, dw, groups, scratch, slot, k_blocks):
     """GEMM into columns + col2im. x [N, C, D, H, W], w [C, K/g, kd, kh, kw].
     Work items are (image, group, block of output channels): cols [kb*k^3, D*H*W] =
     W_g[:, block]^T @ x[n, g] in the worker's scratch slot, then every column is added into
@@ -56,7 +64,7 @@ def conv_transpose_col2im(x, w, b, y, sd, sh, sw, pd, ph, pw, dd, dh, dw, groups
     K, OD, OH, OW = y.shape[1], y.shape[2], y.shape[3], y.shape[4]
     Cg, KK, Pin = C // groups, KD * KH * KW, D * H * W
     kb = (Kg + k_blocks - 1) // k_blocks
-    slot = kb * KK * Pin
+    check_slots(scratch, slot, kb * KK * Pin)
     items = N * groups * k_blocks
     yf = y.reshape(y.size)
     for it in prange(items):

@@ -8,12 +8,14 @@ test catches aliasing: the two plans must give identical outputs.
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
-from typing import Dict, List
+from typing import Callable, Dict, List, Sequence, Tuple
 
 import numpy as np
 
 ALIGN = 64
+GUARD_VALUE = -1.2345678e30   # what guard zones hold: no kernel writes it by accident
 
 
 def align(n: int) -> int:
@@ -55,6 +57,22 @@ def plan_offsets(buffers: List[Buffer], reuse: bool = True) -> "tuple[Dict[int, 
     return offsets, top
 
 
+def plan_offsets_guarded(buffers: List[Buffer], guard: int) -> "tuple[Dict[int, int], int, Tuple[Tuple[int, int], ...]]":
+    """Every buffer its own bytes (no reuse, so no zone can hold another value), with a zone
+    of `guard` bytes before and after each: a kernel that writes outside its declared
+    outputs and scratch changes one. Returns (offsets, total bytes, zones as (offset, bytes))."""
+    guard = align(guard)
+    offsets: Dict[int, int] = {}
+    zones: List[Tuple[int, int]] = [(0, guard)]
+    top = guard
+    for b in buffers:
+        offsets[b.vid] = top
+        top += align(max(b.nbytes, 1))
+        zones.append((top, guard))
+        top += guard
+    return offsets, top, tuple(zones)
+
+
 def new_arena(nbytes: int) -> np.ndarray:
     """A float32 buffer whose first byte is 64-byte aligned."""
     raw = np.empty(nbytes + ALIGN, dtype=np.uint8)
@@ -69,3 +87,40 @@ def view(arena: np.ndarray, off: int, shape) -> np.ndarray:
     for d in shape:
         n *= d
     return arena[start:start + n].reshape(shape)
+
+
+class ArenaPool:
+    """Arenas of one plan, made through a backend. A run takes one for itself, so two
+    threads never share bytes. When an arena is made, params are copied in, guard zones
+    filled, and every thunk's prepare step (data derived from params, such as packed
+    weights) runs once."""
+
+    def __init__(self, plan, backend, prepares: Sequence[Tuple[Callable, object]] = ()):
+        self.plan, self.backend, self.prepares = plan, backend, tuple(prepares)
+        self._free: List[object] = []
+        self._lock = threading.Lock()
+        self.made = 0
+
+    def acquire(self):
+        with self._lock:
+            if self._free:
+                return self._free.pop()
+        b = self.backend
+        arena = b.new_arena(self.plan.arena_bytes)
+        for off, arr in self.plan.params:
+            b.write(arena, off, arr)
+        for off, nbytes in self.plan.guards:
+            b.fill(arena, off, nbytes, GUARD_VALUE)
+        for fn, thunk in self.prepares:
+            fn(thunk, arena)
+        with self._lock:
+            self.made += 1
+        return arena
+
+    def idle(self) -> List[object]:
+        with self._lock:
+            return list(self._free)
+
+    def release(self, arena) -> None:
+        with self._lock:
+            self._free.append(arena)

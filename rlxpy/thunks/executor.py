@@ -1,79 +1,121 @@
 """Executable: checks inputs, binds dynamic dims, keeps one Plan per concrete input shape,
-and runs the plan's records as a flat loop over pre-resolved kernel calls."""
+and runs the plan's thunks as a flat loop over pre-resolved kernel calls."""
 from __future__ import annotations
 
-import dataclasses
 import threading
 from collections.abc import Mapping
-from typing import Dict, Optional, Tuple
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ..cpu_kernels.config import Config
+from ..config import Config
 from ..ir.graph import Graph
 from ..ir.shape import fmt_shape
-from .arena import view
+from .arena import ArenaPool
+from .backend import Backend
 from .plan import Plan, build_plan
-from .records import Record
+from .records import Thunk
+
+# explain() before any run binds each dynamic non-batch dim to the first of these sizes for
+# which every shape rule of the graph holds (a 5x5 kernel refuses an image of 1)
+REPRESENTATIVE_SIZES = (1, 8, 16, 32, 64, 128, 224, 256, 512, 1024)
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A plan with what runs it: the resolved kernel calls and the arenas."""
+    plan: Plan
+    calls: Tuple[Tuple[object, Thunk], ...]
+    pool: ArenaPool
 
 
 class Executable:
-    def __init__(self, graph: Graph, config: Optional[Config] = None, plan_memory: bool = True,
-                 backend=None):
-        """backend: a module or object with resolve(record) -> callable(record, arena) and
-        threads(config) -> the worker count (set up for the calling thread); default: the CPU."""
+    def __init__(self, graph: Graph, backend: Backend, config: Optional[Config] = None,
+                 plan_memory: bool = True, guard_bytes: int = 0):
+        """backend: where the kernels run (rlxpy.compile picks it from `device`).
+        guard_bytes > 0 (tests, with plan_memory=False): guard zones around every tensor."""
         if not graph.outputs:
             raise ValueError("the graph has no outputs: mark at least one value with g.output(name, value)")
-        if backend is None:
-            from . import cpu_dispatch as backend
         self.config = Config.from_env() if config is None else config
         self.plan_memory = plan_memory
-        self._backend = backend
+        self.guard_bytes = guard_bytes
+        self.backend = backend
         self.threads = backend.threads(self.config)
         # A snapshot: nodes added to the graph later do not change this executable.
         self._nodes = tuple(graph.nodes)
         self._params = dict(graph.params)
         self._outputs = dict(graph.outputs)
         self._input_dims = {name: self._nodes[v].shape for name, v in graph.inputs.items()}
-        self._plans: Dict[Tuple, Tuple[Plan, tuple]] = {}
+        self._compiled: Dict[Tuple, Compiled] = {}
         self._lock = threading.Lock()
-        self._last: Optional[Plan] = None
-        if all(isinstance(d, int) for dims in self._input_dims.values() for d in dims):
-            self._plan_for({n: tuple(d) for n, d in self._input_dims.items()})
+        self._last: Optional[Compiled] = None
+        if not self.is_dynamic:
+            self._compile_for({n: tuple(d) for n, d in self._input_dims.items()})
+
+    @property
+    def is_dynamic(self) -> bool:
+        return not all(isinstance(d, int) for dims in self._input_dims.values() for d in dims)
 
     # -- plans ----------------------------------------------------------------------
-    def _plan_for(self, shapes: Dict[str, Tuple[int, ...]]) -> Tuple[Plan, tuple]:
+    def _compile_for(self, shapes: Dict[str, Tuple[int, ...]], remember: bool = True) -> Compiled:
         key = tuple(sorted(shapes.items()))
         with self._lock:
-            hit = self._plans.get(key)
+            hit = self._compiled.get(key)
         if hit is None:
-            plan = build_plan(self._nodes, self._params, self._outputs, shapes, self.config, self.plan_memory,
-                              self.threads)
-            retarget = getattr(self._backend, "retarget", None)
-            if retarget is not None:   # another device: same records, its own kernel choice
-                plan = dataclasses.replace(plan, thunks=tuple(retarget(t) for t in plan.thunks))
-            calls = tuple((self._backend.resolve(t), t) for t in plan.thunks)
+            plan = build_plan(self._nodes, self._params, self._outputs, shapes, self.config, self.backend,
+                              self.threads, self.plan_memory, self.guard_bytes)
+            calls = tuple((self.backend.kernel(t), t) for t in plan.thunks)
+            prepares = [(fn, t) for t in plan.thunks if (fn := self.backend.prepare(t)) is not None]
             with self._lock:
-                hit = self._plans.setdefault(key, (plan, calls))
-        self._last = hit[0]
+                hit = self._compiled.setdefault(key, Compiled(plan, calls, ArenaPool(plan, self.backend, prepares)))
+        if remember:
+            self._last = hit
         return hit
 
     def plan(self, input_shapes: Optional[Dict[str, Tuple[int, ...]]] = None) -> Plan:
-        """The plan for these input shapes (default: the last one run, else dynamic dims bound to 1)."""
+        """The plan for these input shapes; default: the last one run, else (a graph with
+        dynamic dims never run) a representative one (see representative_shapes)."""
         if input_shapes is not None:
-            return self._plan_for({k: tuple(v) for k, v in input_shapes.items()})[0]
-        if self._last is None:
-            self._plan_for({n: tuple(d if isinstance(d, int) else 1 for d in dims)
-                            for n, dims in self._input_dims.items()})
-        return self._last
+            return self._compile_for({k: tuple(v) for k, v in input_shapes.items()}).plan
+        if self._last is not None:
+            return self._last.plan
+        return self._compile_for(self.representative_shapes(), remember=False).plan
+
+    def representative_shapes(self) -> Dict[str, Tuple[int, ...]]:
+        """Dynamic batch dims bound to 1, other dynamic dims to the smallest of
+        REPRESENTATIVE_SIZES for which the whole graph's shapes are valid."""
+        from .plan import infer_concrete, needed_nodes
+        names = sorted({d for dims in self._input_dims.values() for d in dims if isinstance(d, str)})
+        order = needed_nodes(self._nodes, self._outputs.values())
+        error = None
+        for size in REPRESENTATIVE_SIZES:
+            binding = {d: (1 if d == "N" else size) for d in names}
+            shapes = {n: tuple(binding.get(d, d) for d in dims) for n, dims in self._input_dims.items()}
+            try:
+                infer_concrete(self._nodes, self._params, shapes, order)
+                return shapes
+            except ValueError as e:
+                error = e
+        raise ValueError(f"no representative binding of the dynamic dims {names} up to "
+                         f"{REPRESENTATIVE_SIZES[-1]} is valid for this graph; pass input_shapes "
+                         f"(last error: {error})")
 
     @property
-    def thunks(self) -> Tuple[Record, ...]:
+    def thunks(self) -> Tuple[Thunk, ...]:
         return self.plan().thunks
 
     def explain(self, input_shapes=None) -> str:
         from .explain import explain_plan
-        return explain_plan(self.plan(input_shapes), self._nodes)
+        if input_shapes is not None:
+            label = "plan for the given input shapes"
+        elif self._last is not None:
+            label = "plan of the last run" if self.is_dynamic else "plan"
+        else:
+            label = "representative plan (dynamic dims bound by explain(); no run yet)"
+        plan = self.plan(input_shapes)
+        inputs = ", ".join(f"{n} {fmt_shape(s)}" for n, (_, s) in plan.inputs.items())
+        return f"{label}: {inputs}\n" + explain_plan(plan, self._nodes)
 
     # -- running --------------------------------------------------------------------
     def check_inputs(self, inputs) -> Dict[str, Tuple[int, ...]]:
@@ -120,22 +162,39 @@ class Executable:
 
     def run(self, inputs) -> Dict[str, np.ndarray]:
         """Outputs are fresh float32 arrays; a failed run leaves the executable usable."""
-        plan, calls = self._plan_for(self.check_inputs(inputs))
-        self._backend.threads(self.config)   # numba's pool size is per calling thread
-        arena = plan.pool.acquire()
+        compiled = self._compile_for(self.check_inputs(inputs))
+        self.backend.threads(self.config)   # numba's pool size is per calling thread
+        b = self.backend
+        arena = compiled.pool.acquire()
         try:
-            for name, (off, shape) in plan.inputs.items():
-                view(arena, off, shape)[...] = inputs[name]   # any strides: copied into place
-            self._launch_each(calls, arena)
-            return {name: view(arena, off, shape).copy() for name, (off, shape) in plan.outputs.items()}
+            for name, (off, _) in compiled.plan.inputs.items():
+                b.write(arena, off, inputs[name])
+            self._launch_all(compiled, arena)
+            return {name: b.read(arena, off, shape) for name, (off, shape) in compiled.plan.outputs.items()}
         finally:
-            plan.pool.release(arena)
+            compiled.pool.release(arena)
+
+    def _launch_all(self, compiled: Compiled, arena) -> None:
+        self._launch_each(compiled.calls, arena)
 
     @staticmethod
     def _launch_each(calls, arena):
         """The thunks in order; a failure names the node, its record type and its kernel."""
-        for fn, rec in calls:
+        for fn, th in calls:
             try:
-                fn(rec, arena)
+                fn(th, arena)
             except Exception as e:
-                raise RuntimeError(f"{rec.node} ({type(rec).__name__}, algo {rec.algo}) failed: {e}") from e
+                raise RuntimeError(f"{th.node} ({type(th.record).__name__}, algo {th.algo}) failed: {e}") from e
+
+    def guard_violations(self) -> List[Tuple[int, int]]:
+        """Tests (guard_bytes > 0): (offset, bytes) of every guard zone that no longer holds
+        GUARD_VALUE, in every idle arena of every plan."""
+        from .arena import GUARD_VALUE
+        bad = []
+        for compiled in list(self._compiled.values()):
+            for arena in compiled.pool.idle():
+                for off, n in compiled.plan.guards:
+                    zone = np.asarray(self.backend.read(arena, off, (n // 4,)))
+                    if not (zone == np.float32(GUARD_VALUE)).all():
+                        bad.append((off, n))
+        return bad

@@ -4,24 +4,19 @@ from __future__ import annotations
 
 from ..ir.shape import fmt_shape, numel
 from . import records as R
+from .geometry import ConvGeometry, PoolGeometry
 
 
 def flops(rec: R.Record) -> int:
     """Multiply-adds count 2. Data movement (im2col, resize) counts 0."""
-    if isinstance(rec, (R.ConvTranspose2d, R.ConvTranspose3d)):
-        return 2 * numel(rec.x_shape) * (rec.y_shape[1] // rec.groups) * numel(rec.kernel)
-    if isinstance(rec, R.ConvGeometry):  # forward and both gradients: the same MACs
-        return 2 * numel(rec.y_shape) * (rec.x_shape[1] // rec.groups) * numel(rec.kernel)
-    if isinstance(rec, R.PoolGeometry):
-        return numel(rec.y_shape) * numel(rec.kernel)
+    g = rec.geometry
+    if isinstance(rec, R.ConvTranspose2d):        # ConvTranspose3d too
+        return 2 * numel(g.x_shape) * g.cout_g * g.taps
+    if isinstance(g, ConvGeometry):               # forward and both gradients: the same MACs
+        return 2 * numel(g.y_shape) * g.cin_g * g.taps
+    if isinstance(g, PoolGeometry):
+        return numel(g.y_shape) * numel(g.kernel)
     return 0
-
-
-def _output_off(rec: R.Record) -> int:
-    for f in ("y_off", "dx_off", "dw_off"):
-        if hasattr(rec, f):
-            return getattr(rec, f)
-    raise AssertionError(f"{type(rec).__name__} has no output field")
 
 
 def _human(n: int) -> str:
@@ -35,18 +30,20 @@ def explain_plan(plan, nodes) -> str:
     by_name = {n.name: n for n in nodes}
     rows = []
     total_flops = 0
-    for i, rec in enumerate(plan.thunks):
+    for i, th in enumerate(plan.thunks):
+        rec = th.record
         node = by_name[rec.node]
         ins = " ".join(fmt_shape(plan.shapes[v]) for v in node.inputs)
         out_shape = plan.shapes[node.output]
         f = flops(rec)
         total_flops += f
-        scratch = getattr(rec, "scratch_bytes", 0)
-        mem = f"@{_output_off(rec)} {_human(4 * numel(out_shape))}"
-        if scratch:
-            mem += f" + scratch @{rec.scratch_off} {_human(scratch)}"
-        rows.append((str(i), rec.node, node.op, type(rec).__name__, rec.algo,
-                     f"{ins} -> {fmt_shape(out_shape)}", f"{f / 1e6:.1f}", mem, rec.why))
+        mem = f"@{th.output_offsets[0]} {_human(4 * numel(out_shape))}"
+        if th.scratch_bytes:
+            mem += f" + scratch @{th.scratch_off} {_human(th.scratch_bytes)}"
+        if th.persistent_bytes:
+            mem += f" + persistent @{th.persistent_off} {_human(th.persistent_bytes)}"
+        rows.append((str(i), rec.node, node.op, type(rec).__name__, th.algo,
+                     f"{ins} -> {fmt_shape(out_shape)}", f"{f / 1e6:.1f}", mem, th.why))
     head = ("#", "node", "op", "record", "algo", "shapes", "MFLOP", "arena (offset, bytes)", "why")
     widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head) - 1)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r[:-1], widths)) + "  " + r[-1] for r in [head] + rows]

@@ -1,59 +1,36 @@
 """Build a Plan for concrete input shapes: infer shapes, lower every needed node through
-its compile function, plan the arena, bind offsets into the records."""
+its compile rule, ask the backend to choose each record's kernel (and so its scratch and
+persistent bytes), plan the arena, bind offsets into thunks."""
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Dict, List, Tuple
 
 import numpy as np
 
-from ..cpu_kernels.config import Config
+from ..config import Config
 from ..ir import ops
 from ..ir.shape import numel
 from . import arena as A
+from .backend import Backend, ChoiceContext
 from .compile import LowerCtx, lookup
-from .records import Record, bind_offsets, offset_fields
+from .records import ABSENT, Thunk
 
 _FOREVER = 1 << 60
 SOURCES = ("Input", "Param")
 
 
-class ArenaPool:
-    """Arenas of one plan. A run takes one for itself, so two threads never share bytes;
-    params are copied into an arena once, when it is made."""
-
-    def __init__(self, nbytes: int, params: Tuple[Tuple[int, np.ndarray], ...],
-                 zeroed: Tuple[Tuple[int, int], ...] = ()):
-        self.nbytes, self.params, self.zeroed = nbytes, params, zeroed
-        self._free: List[np.ndarray] = []
-        self._lock = threading.Lock()
-
-    def acquire(self) -> np.ndarray:
-        with self._lock:
-            if self._free:
-                return self._free.pop()
-        arena = A.new_arena(self.nbytes)
-        for off, arr in self.params:
-            A.view(arena, off, arr.shape)[...] = arr
-        for off, nbytes in self.zeroed:   # persistent kernel data starts "not computed yet"
-            A.view(arena, off, (nbytes // 4,))[...] = 0.0
-        return arena
-
-    def release(self, arena: np.ndarray) -> None:
-        with self._lock:
-            self._free.append(arena)
-
-
 @dataclass(frozen=True)
 class Plan:
-    thunks: Tuple[Record, ...]
+    """Pure data: what runs, where every tensor lives, and how big the arena is."""
+    thunks: Tuple[Thunk, ...]
     arena_bytes: int
     inputs: Dict[str, Tuple[int, Tuple[int, ...]]]    # name -> (offset, shape)
     outputs: Dict[str, Tuple[int, Tuple[int, ...]]]
     shapes: Dict[int, Tuple[int, ...]]                # value id -> concrete shape
     sum_value_bytes: int                              # what an unplanned arena would need
-    pool: ArenaPool = field(compare=False, repr=False)
+    params: Tuple[Tuple[int, np.ndarray], ...]        # (offset, array) copied in when an arena is made
+    guards: Tuple[Tuple[int, int], ...] = ()          # (offset, bytes) of guard zones (tests)
 
 
 def needed_nodes(nodes, outputs) -> List[int]:
@@ -80,44 +57,62 @@ def infer_concrete(nodes, params, input_shapes, order) -> Dict[int, Tuple[int, .
     return shapes
 
 
-def build_plan(nodes, params, outputs: Dict[str, int], input_shapes, config: Config,
-               plan_memory: bool = True, threads: int = 1) -> Plan:
+def build_plan(nodes, params, outputs: Dict[str, int], input_shapes, config: Config, backend: Backend,
+               threads: int, plan_memory: bool = True, guard_bytes: int = 0) -> Plan:
     order = needed_nodes(nodes, outputs.values())
     shapes = infer_concrete(nodes, params, input_shapes, order)
-    ctx = LowerCtx(shapes, config, first_scratch_id=len(nodes), threads=threads, params=frozenset(params))
-    records: List[Record] = []
+    lower = LowerCtx(shapes, frozenset(params))
+    choose = ChoiceContext(config, threads)
+    records, choices = [], []
     produced_at: Dict[int, int] = {}
     last_read: Dict[int, int] = {}
-    scratch: List[A.Buffer] = []
-    persistent: List[Tuple[int, int]] = []
+    extra: List[A.Buffer] = []            # scratch (live during its thunk) and persistent (always)
+    slots: List[Tuple[int, int]] = []     # per thunk: (scratch id, persistent id), ABSENT if none
+    next_id = len(nodes)
     for i in order:
         node = nodes[i]
         if node.op in SOURCES:
             continue
         t = len(records)
-        ctx.scratch_requests, ctx.persistent_requests = [], []
-        records.append(lookup(node.op)(node, ctx))
+        rec = lookup(node.op)(node, lower)
+        choice = backend.choose(rec, choose)
+        records.append(rec)
+        choices.append(choice)
         produced_at[i] = t
         for v in node.inputs:
             last_read[v] = t
-        scratch += [A.Buffer(sid, nb, t, t) for sid, nb in ctx.scratch_requests]
-        scratch += [A.Buffer(sid, nb, -1, _FOREVER) for sid, nb in ctx.persistent_requests]
-        persistent += ctx.persistent_requests
+        ids = []
+        for nbytes, first, last in ((choice.scratch_bytes, t, t), (choice.persistent_bytes, -1, _FOREVER)):
+            if nbytes > 0:
+                extra.append(A.Buffer(next_id, nbytes, first, last))
+                ids.append(next_id)
+                next_id += 1
+            else:
+                ids.append(ABSENT)
+        slots.append(tuple(ids))
     pinned = set(outputs.values()) | {i for i in order if nodes[i].op in SOURCES}
     buffers = [A.Buffer(i, 4 * numel(shapes[i]), -1 if i in pinned else produced_at[i],
                         _FOREVER if i in pinned else last_read.get(i, produced_at[i]))
-               for i in order] + scratch
-    offsets, total = A.plan_offsets(buffers, reuse=plan_memory)
-    offsets[-1] = -1
-    thunks = tuple(bind_offsets(r, offsets) for r in records)
-    for r in thunks:  # every offset a record holds must be a planned byte offset
-        assert all(getattr(r, f) == -1 or getattr(r, f) % A.ALIGN == 0 for f in offset_fields(r))
+               for i in order] + extra
+    if guard_bytes:
+        if plan_memory:
+            raise ValueError("guard_bytes needs plan_memory=False: with reuse a guard zone may hold another value")
+        offsets, total, guards = A.plan_offsets_guarded(buffers, guard_bytes)
+    else:
+        (offsets, total), guards = A.plan_offsets(buffers, reuse=plan_memory), ()
+    offsets[ABSENT] = ABSENT
+    thunks = []
+    for rec, choice, (sid, pid) in zip(records, choices, slots):
+        th = Thunk(rec, choice.algo, choice.why, tuple(offsets[v] for v in rec.value_ids()),
+                   offsets[sid], choice.scratch_bytes, offsets[pid], choice.persistent_bytes, choice.tiling)
+        assert all(o == ABSENT or o % A.ALIGN == 0 for o in th.offsets + (th.scratch_off, th.persistent_off))
+        thunks.append(th)
     in_names = {nodes[i].name: i for i in order if nodes[i].op == "Input"}
-    param_slots = tuple((offsets[i], params[i]) for i in order if nodes[i].op == "Param")
     return Plan(
-        thunks=thunks, arena_bytes=total,
+        thunks=tuple(thunks), arena_bytes=total,
         inputs={name: (offsets[v], shapes[v]) for name, v in in_names.items()},
         outputs={name: (offsets[v], shapes[v]) for name, v in outputs.items()},
         shapes=shapes,
         sum_value_bytes=sum(A.align(max(b.nbytes, 1)) for b in buffers),
-        pool=ArenaPool(total, param_slots, tuple((offsets[sid], nb) for sid, nb in persistent)))
+        params=tuple((offsets[i], params[i]) for i in order if nodes[i].op == "Param"),
+        guards=guards)

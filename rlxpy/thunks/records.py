@@ -1,182 +1,191 @@
-"""Thunk records: frozen data (ints, int tuples, short strings), one type per kernel family.
+"""Records and thunks: frozen data, one record type per kernel family.
 
-Every field ending in `_off` is a byte offset into the arena (-1: absent, e.g. no bias).
-While a plan is lowered those fields hold value ids; the planner replaces them with
-offsets (`bind_offsets`), so a record that reaches the executor is pure data.
+A record is what a compile rule emits, device-neutral: the node it runs, its geometry, and
+the value ids of its inputs and outputs, in fields named after their roles (`x`, `w`,
+`b`, `y`, `dy`, `dx`, `dw`). Each type declares which roles are inputs and which are
+outputs. A value id is never a byte offset: binding makes a Thunk, which keeps the record
+and adds what the backend chose (algo, why, tiling) and the byte offsets of every role,
+of its scratch and of its persistent data, under their own names.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
-from typing import Dict, Tuple
+from dataclasses import dataclass
+from typing import ClassVar, Tuple
 
-Ints = Tuple[int, ...]
+from .geometry import ConvGeometry, Im2ColGeometry, PoolGeometry, ResizeGeometry
+
+ABSENT = -1   # a role with no value (a conv without bias), as value id and as offset
 
 
 @dataclass(frozen=True, slots=True)
 class Record:
-    node: str   # the graph node this record runs
-    algo: str   # which kernel runs it
-    why: str    # why that kernel (and not a faster one)
+    INPUTS: ClassVar[Tuple[str, ...]] = ()
+    OUTPUTS: ClassVar[Tuple[str, ...]] = ()
+    node: str         # the graph node this record runs
+    geometry: object  # a frozen geometry type (each record type names its own)
+
+    @classmethod
+    def roles(cls) -> Tuple[str, ...]:
+        """Input roles, then output roles: the order of a Thunk's offsets."""
+        return cls.INPUTS + cls.OUTPUTS
+
+    def value_ids(self) -> Tuple[int, ...]:
+        return tuple(getattr(self, r) for r in self.roles())
 
 
 @dataclass(frozen=True, slots=True)
-class ConvGeometry(Record):
-    """A convolution's geometry, always stated for the forward conv it belongs to
-    (for a transposed conv: the transposed op's own input and output)."""
-    x_shape: Ints      # [N, C, spatial...]
-    y_shape: Ints      # [N, K, spatial...]
-    kernel: Ints
-    stride: Ints
-    pad_begin: Ints
-    pad_end: Ints
-    dilation: Ints
-    groups: int
+class Conv2D(Record):
+    INPUTS: ClassVar = ("x", "w", "b")
+    OUTPUTS: ClassVar = ("y",)
+    geometry: ConvGeometry
+    x: int
+    w: int
+    b: int
+    y: int
+    weight_const: bool   # the weight is a param: data derived from it is computed once per arena
 
 
 @dataclass(frozen=True, slots=True)
-class Conv2D(ConvGeometry):
-    x_off: int
-    w_off: int
-    b_off: int
-    y_off: int
-    scratch_off: int
-    scratch_bytes: int
-    tile: int          # im2col: output rows per tile; winograd: 2x2 tiles per block
-    k_blocks: int      # output-channel blocks per work item (fills the cores on small images)
-    aux_off: int       # winograd: transformed weights (16 floats of header, then U [16, K, C])
-    aux_bytes: int
-    weight_const: bool  # the weight is a param: its transform is computed once per arena
-
-
-@dataclass(frozen=True, slots=True)
-class Conv2D1x1(ConvGeometry):
+class Conv2D1x1(Conv2D):
     """1x1, stride 1, unpadded, groups 1: y[n] = W @ x[n] (+ b)."""
-    x_off: int
-    w_off: int
-    b_off: int
-    y_off: int
-    tile: int          # output columns per GEMM tile
-    weight_const: bool  # the weight is a param (a device may cache a re-arranged copy)
 
 
 @dataclass(frozen=True, slots=True)
-class Conv3d(ConvGeometry):
-    x_off: int
-    w_off: int
-    b_off: int
-    y_off: int
-    scratch_off: int
-    scratch_bytes: int
-    tile: int
-    k_blocks: int
+class Conv3d(Record):
+    INPUTS: ClassVar = ("x", "w", "b")
+    OUTPUTS: ClassVar = ("y",)
+    geometry: ConvGeometry
+    x: int
+    w: int
+    b: int
+    y: int
 
 
 @dataclass(frozen=True, slots=True)
-class ConvTranspose2d(ConvGeometry):
+class ConvTranspose2d(Record):
     """Weight [C_in, C_out/groups, kh, kw]; y_shape already includes output_padding."""
-    x_off: int
-    w_off: int
-    b_off: int
-    y_off: int
-    scratch_off: int
-    scratch_bytes: int
-    k_blocks: int
+    INPUTS: ClassVar = ("x", "w", "b")
+    OUTPUTS: ClassVar = ("y",)
+    geometry: ConvGeometry
+    x: int
+    w: int
+    b: int
+    y: int
 
 
 @dataclass(frozen=True, slots=True)
-class ConvTranspose3d(ConvGeometry):
-    x_off: int
-    w_off: int
-    b_off: int
-    y_off: int
-    scratch_off: int
-    scratch_bytes: int
-    k_blocks: int
+class ConvTranspose3d(ConvTranspose2d):
+    pass
 
 
 @dataclass(frozen=True, slots=True)
-class Conv2dBackwardInput(ConvGeometry):
-    """dx of the forward conv: x_shape is dx's shape, y_shape is dy's."""
-    dy_off: int
-    w_off: int
-    dx_off: int
-    scratch_off: int
-    scratch_bytes: int
-    k_blocks: int
-    weight_const: bool  # the weight is a param (a device may cache a re-arranged copy)
+class Conv2dBackwardInput(Record):
+    """dx of the forward conv: geometry.x_shape is dx's shape, y_shape is dy's."""
+    INPUTS: ClassVar = ("dy", "w")
+    OUTPUTS: ClassVar = ("dx",)
+    geometry: ConvGeometry
+    dy: int
+    w: int
+    dx: int
+    weight_const: bool
 
 
 @dataclass(frozen=True, slots=True)
-class Conv2dBackwardWeight(ConvGeometry):
+class Conv2dBackwardWeight(Record):
     """dw [K, C/groups, kh, kw] of the forward conv, summed over the batch."""
-    x_off: int
-    dy_off: int
-    dw_off: int
-    scratch_off: int
-    scratch_bytes: int
-    tile: int
+    INPUTS: ClassVar = ("x", "dy")
+    OUTPUTS: ClassVar = ("dw",)
+    geometry: ConvGeometry
+    x: int
+    dy: int
+    dw: int
 
 
 @dataclass(frozen=True, slots=True)
-class PoolGeometry(Record):
-    x_shape: Ints
-    y_shape: Ints
-    kernel: Ints
-    stride: Ints
-    pad_begin: Ints
-    pad_end: Ints
-    dilation: Ints
-
-
-@dataclass(frozen=True, slots=True)
-class Pool2D(PoolGeometry):
+class Pool2D(Record):
     """Rank 3 and 4 pools (a 1-D pool is a 2-D pool with H = 1)."""
-    kind: str
+    INPUTS: ClassVar = ("x",)
+    OUTPUTS: ClassVar = ("y",)
+    geometry: PoolGeometry
+    kind: str                 # "max" | "avg"
     count_include_pad: bool
-    x_off: int
-    y_off: int
+    x: int
+    y: int
 
 
 @dataclass(frozen=True, slots=True)
-class Pool3D(PoolGeometry):
-    kind: str
-    count_include_pad: bool
-    x_off: int
-    y_off: int
+class Pool3D(Pool2D):
+    pass
 
 
 @dataclass(frozen=True, slots=True)
-class MaxPool2dBackward(PoolGeometry):
-    """y_shape is dy's shape; dx has x_shape."""
-    x_off: int
-    dy_off: int
-    dx_off: int
+class MaxPool2dBackward(Record):
+    """geometry.y_shape is dy's shape; dx has x_shape."""
+    INPUTS: ClassVar = ("x", "dy")
+    OUTPUTS: ClassVar = ("dx",)
+    geometry: PoolGeometry
+    x: int
+    dy: int
+    dx: int
 
 
 @dataclass(frozen=True, slots=True)
 class Im2Col(Record):
-    x_shape: Ints
-    out_hw: Ints       # (OH, OW): the rows are [N*OH*OW, C*kh*kw]
-    kernel: Ints
-    stride: Ints
-    pad_begin: Ints
-    dilation: Ints
-    x_off: int
-    y_off: int
+    INPUTS: ClassVar = ("x",)
+    OUTPUTS: ClassVar = ("y",)
+    geometry: Im2ColGeometry
+    x: int
+    y: int
 
 
 @dataclass(frozen=True, slots=True)
 class ResizeNearest2x(Record):
-    x_shape: Ints
-    x_off: int
-    y_off: int
+    INPUTS: ClassVar = ("x",)
+    OUTPUTS: ClassVar = ("y",)
+    geometry: ResizeGeometry
+    x: int
+    y: int
 
 
-def offset_fields(rec: Record) -> Tuple[str, ...]:
-    return tuple(f.name for f in fields(rec) if f.name.endswith("_off"))
+@dataclass(frozen=True, slots=True)
+class Tiling:
+    """How a kernel cuts its work (CPU kernels; a backend with no tiling leaves the defaults)."""
+    tile: int = 0        # im2col: output rows per column tile; winograd: 2x2 tiles per block; gemm1x1: columns
+    k_blocks: int = 1    # output-channel blocks per work item (fills the cores on small images)
 
 
-def bind_offsets(rec: Record, offsets: Dict[int, int]) -> Record:
-    """Replace the value ids in `*_off` fields by arena byte offsets (-1 stays absent)."""
-    new = {name: offsets[getattr(rec, name)] for name in offset_fields(rec) if getattr(rec, name) >= 0}
-    return replace(rec, **new)
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """A backend's decision for one record, made before the arena is planned."""
+    algo: str
+    why: str                        # what was chosen and why not the faster alternatives
+    scratch_bytes: int = 0          # live only while the thunk runs (per-worker slots included)
+    persistent_bytes: int = 0       # kept for the arena's life (packed or re-arranged weights)
+    tiling: Tiling = Tiling()
+
+
+@dataclass(frozen=True, slots=True)
+class Thunk:
+    """A record bound to an arena: the backend's choice and byte offsets. Pure data."""
+    record: Record
+    algo: str
+    why: str
+    offsets: Tuple[int, ...]        # byte offset of each of record.roles() (ABSENT: no value)
+    scratch_off: int = ABSENT
+    scratch_bytes: int = 0
+    persistent_off: int = ABSENT
+    persistent_bytes: int = 0
+    tiling: Tiling = Tiling()
+
+    @property
+    def node(self) -> str:
+        return self.record.node
+
+    def off(self, role: str) -> int:
+        """The byte offset of a role ("x", "w", "y", ...)."""
+        return self.offsets[self.record.roles().index(role)]
+
+    @property
+    def output_offsets(self) -> Tuple[int, ...]:
+        n = len(self.record.INPUTS)
+        return self.offsets[n:]

@@ -1,14 +1,15 @@
-"""The GPU dispatch table: the same records as the CPU, lowered to Triton kernels.
+"""The GPU dispatch table: (record type, algo) -> a launcher (thunk, arena), and PREPARE,
+what fills a thunk's persistent bytes (re-arranged weights) once per arena.
 
-retarget() rewrites a record's algo for the GPU (`simple`: the starting design, kept as
-the GPU-side reference; `igemm`: implicit GEMM on tl.dot), resolve() returns the launcher.
+Algos: `simple` (one program per output-row tile: the starting design, kept as the GPU's
+readable reference), `igemm` (implicit GEMM on tl.dot, reading a channels-last copy of x
+that is planned as the thunk's scratch), `igemm_nchw` (the same GEMM gathering x from NCHW
+in place). The arena is one float32 tensor; offsets are bytes.
 """
 from __future__ import annotations
 
 import os
 import threading
-import weakref
-from dataclasses import replace
 from typing import Callable, Dict, Tuple, Type
 
 import torch
@@ -16,68 +17,26 @@ import triton
 
 from ..registry import registrar
 from ..thunks import records as R
+from ..thunks.records import Thunk
 from . import kernels as K
 
 EXEC: Dict[Tuple[Type[R.Record], str], Callable] = {}
-ALGO_ENV = "RLX_TRITON_ALGO"
+runs = registrar(EXEC, "GPU kernel")            # @runs(RecordType, algo)
+PREPARE: Dict[Tuple[Type[R.Record], str], Callable] = {}
+prepares = registrar(PREPARE, "GPU prepare step")
 BLOCK_OW = 64
 BLOCK = 256
 IGEMM_BLOCKS = dict(BLOCK_M=128, BLOCK_N=64, BLOCK_K=32)  # the interpreter's fixed tile
 TRANSPOSE_TILE = (64, 64)   # the NCHW -> NHWC copy's tile (channels, pixels)
 IGEMM_MIN = 8        # a GEMM side (per group) under this leaves the tl.dot tiles mostly padding
-IGEMM_X_NHWC = True  # the forward implicit GEMM reads a channels-last copy of x (False: NCHW in place)
 DW_WAVES = 2         # split the weight gradient's pixels so that about this many waves of programs run
-INTERPRET = os.environ.get("TRITON_INTERPRET", "") == "1"
+INTERPRET = os.environ.get("TRITON_INTERPRET", "") == "1"   # Triton's own switch, not an RLX_* flag
 
 
-runs = registrar(EXEC, "GPU kernel")   # @runs(RecordType, algo)
-
-
-def algo_preference(env=None) -> str:
-    raw = (os.environ if env is None else env).get(ALGO_ENV, "").strip().lower()
-    if raw in ("", "auto"):
-        return "auto"
-    if raw not in ("simple", "igemm"):
-        raise ValueError(f"{ALGO_ENV}={raw!r} is not a valid value; accepted: simple, igemm, auto")
-    return raw
-
-
-class TritonBackend:
-    def __init__(self, device: torch.device, preference: str):
-        self.device, self.preference = device, preference
-
-    def threads(self, config) -> int:
-        return 1
-
-    def retarget(self, rec: R.Record) -> R.Record:
-        if isinstance(rec, (R.Conv2D, R.Conv2D1x1)):
-            if self.preference == "simple":
-                return replace(rec, algo="simple", why=f"{ALGO_ENV}=simple: one program per output-row tile")
-            small = _too_small_for_tiles(rec, rec.x_shape[1] // rec.groups * rec.kernel[0] * rec.kernel[1])
-            if self.preference == "igemm" or not small:
-                why = f"{ALGO_ENV}=igemm" if self.preference == "igemm" else "implicit GEMM on tl.dot"
-                return replace(rec, algo="igemm", why=why)
-            return replace(rec, algo="simple", why=f"{small}: simple kernel")
-        if isinstance(rec, R.Conv2dBackwardInput) and self.preference != "simple" and _dx_as_conv(rec):
-            return replace(rec, algo="igemm", why="stride 1: dx is a conv of dy with flipped weights (implicit GEMM)")
-        if isinstance(rec, R.Conv2dBackwardWeight) and self.preference != "simple":
-            small = _too_small_for_tiles(rec, rec.x_shape[1] // rec.groups)   # a program's N tile: one tap's channels
-            if self.preference == "igemm" or not small:
-                return replace(rec, algo="igemm", why="implicit GEMM over the pixels, split-K atomic tile adds")
-            return replace(rec, algo="simple", why=f"{small}: simple kernel")
-        return replace(rec, algo="simple", why="Triton kernel")
-
-    def resolve(self, rec: R.Record) -> Callable:
-        try:
-            return EXEC[(type(rec), rec.algo)]
-        except KeyError:
-            raise NotImplementedError(f"{rec.node}: no GPU kernel for {type(rec).__name__} / {rec.algo}") from None
-
-
-def _too_small_for_tiles(rec, k_side: int):
+def too_small_for_tiles(g, k_side: int):
     """Why the implicit GEMM would waste its tiles (None when it would not): output channels
     per group are one side of the tile, k_side (the taps a tile reduces over) the other."""
-    cout_g = rec.y_shape[1] // rec.groups
+    cout_g = g.cout_g
     if cout_g < IGEMM_MIN:
         return f"{cout_g} output channel(s) per group"
     if k_side < IGEMM_MIN:
@@ -90,74 +49,92 @@ def at(arena, off: int):
     return arena[off // 4:]
 
 
-def _geometry(rec: R.ConvGeometry) -> dict:
+def _geometry(g) -> dict:
     """Compile-time constants of a conv kernel (channel counts per group too: the Triton
     interpreter cannot loop over a runtime count)."""
-    return dict(KH=rec.kernel[0], KW=rec.kernel[1], SH=rec.stride[0], SW=rec.stride[1], PH=rec.pad_begin[0],
-                PW=rec.pad_begin[1], DH=rec.dilation[0], DW=rec.dilation[1], GROUPS=rec.groups,
-                CIN_G=rec.x_shape[1] // rec.groups, COUT_G=rec.y_shape[1] // rec.groups)
+    return dict(KH=g.kernel[0], KW=g.kernel[1], SH=g.stride[0], SW=g.stride[1], PH=g.pad_begin[0],
+                PW=g.pad_begin[1], DH=g.dilation[0], DW=g.dilation[1], GROUPS=g.groups,
+                CIN_G=g.cin_g, COUT_G=g.cout_g)
 
 
-def _fwd_grid(rec: R.ConvGeometry):
-    n, _, _, _ = rec.x_shape
-    _, k, oh, ow = rec.y_shape
+def _fwd_grid(g):
+    n, _, _, _ = g.x_shape
+    _, k, oh, ow = g.y_shape
     tiles = triton.cdiv(ow, BLOCK_OW)
     return (n * k * oh * tiles,), tiles
 
 
-def _bias(rec, arena):
-    return at(arena, rec.b_off) if rec.b_off >= 0 else at(arena, rec.y_off)  # unused when HAS_BIAS is False
+def _bias(t: Thunk, arena):
+    b = t.off("b")
+    return at(arena, b) if b >= 0 else at(arena, t.off("y"))  # unused when HAS_BIAS is False
 
 
 @runs(R.Conv2D, "simple")
 @runs(R.Conv2D1x1, "simple")
-def conv2d_simple(rec, arena):
+def conv2d_simple(t, arena):
     """conv2d_forward, or conv2d_bias_forward (the same kernel with HAS_BIAS) when the conv
     has a bias: one launch instead of conv + bias-add."""
-    grid, tiles = _fwd_grid(rec)
-    _, c, h, w = rec.x_shape
-    _, k, oh, ow = rec.y_shape
-    K.conv2d_forward[grid](at(arena, rec.x_off), at(arena, rec.w_off), _bias(rec, arena), at(arena, rec.y_off),
-                           c, h, w, k, oh, ow, tiles, HAS_BIAS=rec.b_off >= 0, BLOCK_OW=BLOCK_OW, **_geometry(rec))
+    g = t.record.geometry
+    grid, tiles = _fwd_grid(g)
+    _, c, h, w = g.x_shape
+    _, k, oh, ow = g.y_shape
+    K.conv2d_forward[grid](at(arena, t.off("x")), at(arena, t.off("w")), _bias(t, arena), at(arena, t.off("y")),
+                           c, h, w, k, oh, ow, tiles, HAS_BIAS=t.off("b") >= 0, BLOCK_OW=BLOCK_OW, **_geometry(g))
 
 
-# id(arena) -> {weight offset: re-arranged weights}; an entry goes when its arena does
-_WEIGHTS_T: Dict[int, dict] = {}
+def _persistent(t: Thunk, arena, shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return at(arena, t.persistent_off)[:n].view(*shape)
 
 
-def _arena_cache(arena) -> dict:
-    key = id(arena)
-    if key not in _WEIGHTS_T:
-        _WEIGHTS_T[key] = {}
-        weakref.finalize(arena, _WEIGHTS_T.pop, key, None)
-    return _WEIGHTS_T[key]
+def _weight(t: Thunk, arena):
+    """w [C_OUT, C_IN/G, KH, KW] as a view of the arena."""
+    g = t.record.geometry
+    return at(arena, t.off("w"))[:g.y_shape[1] * g.cin_g * g.taps].view(g.y_shape[1], g.cin_g, *g.kernel)
 
 
-def _rearranged_weights(rec, arena, key, make):
-    """make(w [C_OUT, C_IN/G, KH, KW] view of the arena) -> a re-arranged copy. A param's
-    copy is made once per arena and kept under `key`; a weight that is a graph input is
-    redone each run."""
-    cached = _arena_cache(arena) if rec.weight_const else {}
-    if key not in cached:
-        k, cg = rec.y_shape[1], rec.x_shape[1] // rec.groups
-        cached[key] = make(at(arena, rec.w_off)[:k * cg * rec.kernel[0] * rec.kernel[1]].view(k, cg, *rec.kernel))
-    return cached[key]
+def k_major_weights_floats(g) -> int:
+    """The forward implicit GEMM's weights wk [C_OUT, KH, KW, C_IN/G] (persistent)."""
+    return g.y_shape[1] * g.taps * g.cin_g
 
 
-def _weights_k(rec, arena):
-    """The weights as wk [C_OUT, KH, KW, C_IN/G] (contiguous along the GEMM's K)."""
-    return _rearranged_weights(rec, arena, rec.w_off, lambda w: w.permute(0, 2, 3, 1).contiguous())
+def _k_major(t: Thunk, arena):
+    g = t.record.geometry
+    return _persistent(t, arena, (g.y_shape[1], *g.kernel, g.cin_g))
 
 
-def _channels_last(arena, off, n, c, h, w):
-    """A channels-last copy of the NCHW tensor at `off`: the GEMM's A chunks are then
-    contiguous along K."""
-    out = torch.empty((n, h, w, c), dtype=arena.dtype, device=arena.device)
+@prepares(R.Conv2D, "igemm")
+@prepares(R.Conv2D, "igemm_nchw")
+@prepares(R.Conv2D1x1, "igemm")
+@prepares(R.Conv2D1x1, "igemm_nchw")
+def k_major_weights(t: Thunk, arena):
+    """wk [C_OUT, KH, KW, C_IN/G]: contiguous along the GEMM's K, so its loads are 16 bytes wide."""
+    _k_major(t, arena).copy_(_weight(t, arena).permute(0, 2, 3, 1))
+
+
+def channels_last_floats(shape) -> int:
+    """A channels-last copy of an NCHW tensor (the implicit GEMM's scratch)."""
+    n, c, h, w = shape
+    return n * c * h * w
+
+
+def _channels_last(arena, off, dst, n, c, h, w):
+    """Copy the NCHW tensor at `off` into dst [N, H, W, C] (the thunk's scratch): the GEMM's
+    A chunks are then contiguous along K."""
     block_c = min(triton.next_power_of_2(c), TRANSPOSE_TILE[0])   # 4 for RGB, not a 64-wide tile
     block_p = TRANSPOSE_TILE[0] * TRANSPOSE_TILE[1] // block_c
     grid = (triton.cdiv(h * w, block_p), triton.cdiv(c, block_c), n)
-    K.nchw_to_nhwc[grid](at(arena, off), out, c, h * w, BLOCK_C=block_c, BLOCK_P=block_p)
-    return out
+    K.nchw_to_nhwc[grid](at(arena, off), dst, c, h * w, BLOCK_C=block_c, BLOCK_P=block_p)
+    return dst
+
+
+def _scratch(t: Thunk, arena, shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return at(arena, t.scratch_off)[:n].view(*shape)
 
 
 # (kernel, scalar args, constexprs) -> the config the autotuner chose for them
@@ -197,58 +174,84 @@ def _launch_igemm(xt, wk, bias, y, n, c, h, w, k, oh, ow, has_bias, geometry, x_
     tuned_launch(K.conv2d_igemm_tuned, grid, args, dict(HAS_BIAS=has_bias, X_NHWC=x_nhwc, **geometry))
 
 
+def _conv2d_igemm(t: Thunk, arena, x_nhwc: bool):
+    g = t.record.geometry
+    n, c, h, w = g.x_shape
+    _, k, oh, ow = g.y_shape
+    if not t.record.weight_const:         # a weight that is a graph input: re-arranged every run
+        k_major_weights(t, arena)
+    x = _channels_last(arena, t.off("x"), _scratch(t, arena, (n, h, w, c)), n, c, h, w) if x_nhwc \
+        else at(arena, t.off("x"))
+    _launch_igemm(x, _k_major(t, arena), _bias(t, arena), at(arena, t.off("y")), n, c, h, w, k, oh, ow,
+                  t.off("b") >= 0, _geometry(g), x_nhwc)
+
+
 @runs(R.Conv2D, "igemm")
 @runs(R.Conv2D1x1, "igemm")
-def conv2d_igemm(rec, arena):
-    n, c, h, w = rec.x_shape
-    _, k, oh, ow = rec.y_shape
-    x = _channels_last(arena, rec.x_off, n, c, h, w) if IGEMM_X_NHWC else at(arena, rec.x_off)
-    _launch_igemm(x, _weights_k(rec, arena), _bias(rec, arena), at(arena, rec.y_off), n, c, h, w, k, oh, ow,
-                  rec.b_off >= 0, _geometry(rec), IGEMM_X_NHWC)
+def conv2d_igemm(t, arena):
+    _conv2d_igemm(t, arena, x_nhwc=True)
 
 
-def _dx_as_conv(rec) -> bool:
+@runs(R.Conv2D, "igemm_nchw")
+@runs(R.Conv2D1x1, "igemm_nchw")
+def conv2d_igemm_nchw(t, arena):
+    _conv2d_igemm(t, arena, x_nhwc=False)
+
+
+def dx_as_conv(g) -> bool:
     """At stride 1, dx = conv(dy, w flipped and transposed, begin padding d*(k-1) - p):
     possible when that padding is not negative."""
-    return rec.stride == (1, 1) and all(p <= d * (k - 1) for p, d, k in zip(rec.pad_begin, rec.dilation, rec.kernel))
+    return g.stride == (1, 1) and all(p <= d * (k - 1) for p, d, k in zip(g.pad_begin, g.dilation, g.kernel))
+
+
+def _flipped_k_major(t: Thunk, arena):
+    g = t.record.geometry
+    return _persistent(t, arena, (g.x_shape[1], *g.kernel, g.cout_g))
+
+
+@prepares(R.Conv2dBackwardInput, "igemm")
+def flipped_k_major_weights(t: Thunk, arena):
+    """w [K, C/g, kh, kw] -> w' [C, K/g, kh, kw] (flipped), stored K-major as [C, kh, kw, K/g]."""
+    geo = t.record.geometry
+    g, (kh, kw) = geo.groups, geo.kernel
+    c, cg, kg = geo.x_shape[1], geo.cin_g, geo.cout_g
+    wv = _weight(t, arena).view(g, kg, cg, kh, kw)
+    _flipped_k_major(t, arena).copy_(wv.flip(3, 4).transpose(1, 2).reshape(c, kg, kh, kw).permute(0, 2, 3, 1))
 
 
 @runs(R.Conv2dBackwardInput, "igemm")
-def conv2d_backward_input_igemm(rec, arena):
-    n, c, h, w = rec.x_shape
-    _, k, oh, ow = rec.y_shape
-    g, (kh, kw), (dh, dw) = rec.groups, rec.kernel, rec.dilation
-    cg, kg = c // g, k // g
-
-    def flipped_k_major(wv):
-        # w [K, C/g, kh, kw] -> w' [C, K/g, kh, kw] (flipped), stored K-major as [C, kh, kw, K/g]
-        wv = wv.view(g, kg, cg, kh, kw)
-        return wv.flip(3, 4).transpose(1, 2).reshape(c, kg, kh, kw).permute(0, 2, 3, 1).contiguous()
-
-    wk = _rearranged_weights(rec, arena, ("dx", rec.w_off), flipped_k_major)
-    geometry = dict(KH=kh, KW=kw, SH=1, SW=1, PH=dh * (kh - 1) - rec.pad_begin[0], PW=dw * (kw - 1) - rec.pad_begin[1],
-                    DH=dh, DW=dw, GROUPS=g, CIN_G=kg, COUT_G=cg)
-    dyt = _channels_last(arena, rec.dy_off, n, k, oh, ow)
-    _launch_igemm(dyt, wk, dyt, at(arena, rec.dx_off), n, k, oh, ow, c, h, w, False, geometry)
+def conv2d_backward_input_igemm(t, arena):
+    geo = t.record.geometry
+    n, c, h, w = geo.x_shape
+    _, k, oh, ow = geo.y_shape
+    (kh, kw), (dh, dw) = geo.kernel, geo.dilation
+    if not t.record.weight_const:
+        flipped_k_major_weights(t, arena)
+    geometry = dict(KH=kh, KW=kw, SH=1, SW=1, PH=dh * (kh - 1) - geo.pad_begin[0], PW=dw * (kw - 1) - geo.pad_begin[1],
+                    DH=dh, DW=dw, GROUPS=geo.groups, CIN_G=geo.cout_g, COUT_G=geo.cin_g)
+    dyt = _channels_last(arena, t.off("dy"), _scratch(t, arena, (n, oh, ow, k)), n, k, oh, ow)
+    _launch_igemm(dyt, _flipped_k_major(t, arena), dyt, at(arena, t.off("dx")), n, k, oh, ow, c, h, w, False,
+                  geometry)
 
 
 @runs(R.Conv2dBackwardWeight, "igemm")
-def conv2d_backward_weight_igemm(rec, arena):
-    n, c, h, w = rec.x_shape
-    _, k, oh, ow = rec.y_shape
-    geometry = _geometry(rec)
-    cout_g, cin_g, taps = geometry["COUT_G"], geometry["CIN_G"], rec.kernel[0] * rec.kernel[1]
+def conv2d_backward_weight_igemm(t, arena):
+    geo = t.record.geometry
+    n, c, h, w = geo.x_shape
+    _, k, oh, ow = geo.y_shape
+    geometry = _geometry(geo)
+    cout_g, cin_g, taps = geo.cout_g, geo.cin_g, geo.taps
     # exactly sized: the autotuner zeroes this tensor before each trial, and the launch adds into it
-    dw = at(arena, rec.dw_off)[:k * cin_g * taps]
+    dw = at(arena, t.off("dw"))[:k * cin_g * taps]
     dw.zero_()
 
     def grid(meta):
         tiles = (triton.cdiv(cout_g, meta["BLOCK_M"]), taps * triton.cdiv(cin_g, meta["BLOCK_N"]))
         chunks = n * triton.cdiv(oh * ow, meta["BLOCK_K"])
-        split = max(1, min(chunks, DW_WAVES * _sm_count(arena) // (tiles[0] * tiles[1] * rec.groups)))
-        return tiles + (rec.groups * split,)
+        split = max(1, min(chunks, DW_WAVES * _sm_count(arena) // (tiles[0] * tiles[1] * geo.groups)))
+        return tiles + (geo.groups * split,)
 
-    args = (at(arena, rec.x_off), at(arena, rec.dy_off), dw, n, c, h, w, k, oh, ow, oh * ow)
+    args = (at(arena, t.off("x")), at(arena, t.off("dy")), dw, n, c, h, w, k, oh, ow, oh * ow)
     tuned_launch(K.conv2d_igemm_dw_tuned, grid, args, dict(INTERPRETED=INTERPRET, **geometry))
 
 
@@ -259,31 +262,31 @@ def _sm_count(arena) -> int:
     return torch.cuda.get_device_properties(arena.device).multi_processor_count
 
 
-def launch_backward(arena, rec_geometry, x_off, w_off, dy_off, dx_off, dw_off):
+def launch_backward(arena, geometry, x_off, w_off, dy_off, dx_off, dw_off):
     """conv2d_backward_dx (dw_off < 0), conv2d_backward_dw (dx_off < 0) or both in one
     launch (conv2d_backward). The outputs are zeroed first: the kernel adds into them."""
-    grid, tiles = _fwd_grid(rec_geometry)
-    n, c, h, w = rec_geometry.x_shape
-    _, k, oh, ow = rec_geometry.y_shape
+    grid, tiles = _fwd_grid(geometry)
+    n, c, h, w = geometry.x_shape
+    _, k, oh, ow = geometry.y_shape
     if dx_off >= 0:
         at(arena, dx_off)[:n * c * h * w].zero_()
     if dw_off >= 0:
-        at(arena, dw_off)[:k * (c // rec_geometry.groups) * rec_geometry.kernel[0] * rec_geometry.kernel[1]].zero_()
+        at(arena, dw_off)[:k * geometry.cin_g * geometry.taps].zero_()
     dummy = at(arena, dy_off)
     K.conv2d_backward[grid](at(arena, x_off) if x_off >= 0 else dummy, at(arena, w_off) if w_off >= 0 else dummy,
                             dummy, at(arena, dx_off) if dx_off >= 0 else dummy,
                             at(arena, dw_off) if dw_off >= 0 else dummy, c, h, w, k, oh, ow, tiles,
-                            DO_DX=dx_off >= 0, DO_DW=dw_off >= 0, BLOCK_OW=BLOCK_OW, **_geometry(rec_geometry))
+                            DO_DX=dx_off >= 0, DO_DW=dw_off >= 0, BLOCK_OW=BLOCK_OW, **_geometry(geometry))
 
 
 @runs(R.Conv2dBackwardInput, "simple")
-def conv2d_backward_dx(rec, arena):
-    launch_backward(arena, rec, -1, rec.w_off, rec.dy_off, rec.dx_off, -1)
+def conv2d_backward_dx(t, arena):
+    launch_backward(arena, t.record.geometry, -1, t.off("w"), t.off("dy"), t.off("dx"), -1)
 
 
 @runs(R.Conv2dBackwardWeight, "simple")
-def conv2d_backward_dw(rec, arena):
-    launch_backward(arena, rec, rec.x_off, -1, rec.dy_off, -1, rec.dw_off)
+def conv2d_backward_dw(t, arena):
+    launch_backward(arena, t.record.geometry, t.off("x"), -1, t.off("dy"), -1, t.off("dw"))
 
 
 def _pool_grid(total):
@@ -291,32 +294,34 @@ def _pool_grid(total):
 
 
 @runs(R.Pool2D, "simple")
-def pool2d(rec, arena):
-    n, c, h, w = rec.x_shape
-    oh, ow = rec.y_shape[2:]
+def pool2d(t, arena):
+    rec, g = t.record, t.record.geometry
+    n, c, h, w = g.x_shape
+    oh, ow = g.y_shape[2:]
     total = n * c * oh * ow
-    K.pool2d[_pool_grid(total)](at(arena, rec.x_off), at(arena, rec.y_off), total, h, w, oh, ow,
-                                KH=rec.kernel[0], KW=rec.kernel[1], SH=rec.stride[0], SW=rec.stride[1],
-                                PH=rec.pad_begin[0], PW=rec.pad_begin[1], EH=rec.pad_end[0], EW=rec.pad_end[1],
-                                DH=rec.dilation[0], DW=rec.dilation[1], IS_MAX=rec.kind == "max",
+    K.pool2d[_pool_grid(total)](at(arena, t.off("x")), at(arena, t.off("y")), total, h, w, oh, ow,
+                                KH=g.kernel[0], KW=g.kernel[1], SH=g.stride[0], SW=g.stride[1],
+                                PH=g.pad_begin[0], PW=g.pad_begin[1], EH=g.pad_end[0], EW=g.pad_end[1],
+                                DH=g.dilation[0], DW=g.dilation[1], IS_MAX=rec.kind == "max",
                                 COUNT_PAD=rec.count_include_pad, BLOCK=BLOCK)
 
 
 @runs(R.MaxPool2dBackward, "simple")
-def max_pool2d_backward(rec, arena):
-    n, c, h, w = rec.x_shape
-    oh, ow = rec.y_shape[2:]
+def max_pool2d_backward(t, arena):
+    g = t.record.geometry
+    n, c, h, w = g.x_shape
+    oh, ow = g.y_shape[2:]
     total = n * c * oh * ow
-    at(arena, rec.dx_off)[:n * c * h * w].zero_()
-    K.max_pool2d_backward[_pool_grid(total)](at(arena, rec.x_off), at(arena, rec.dy_off), at(arena, rec.dx_off),
-                                             total, h, w, oh, ow, KH=rec.kernel[0], KW=rec.kernel[1],
-                                             SH=rec.stride[0], SW=rec.stride[1], PH=rec.pad_begin[0],
-                                             PW=rec.pad_begin[1], DH=rec.dilation[0], DW=rec.dilation[1],
+    at(arena, t.off("dx"))[:n * c * h * w].zero_()
+    K.max_pool2d_backward[_pool_grid(total)](at(arena, t.off("x")), at(arena, t.off("dy")), at(arena, t.off("dx")),
+                                             total, h, w, oh, ow, KH=g.kernel[0], KW=g.kernel[1],
+                                             SH=g.stride[0], SW=g.stride[1], PH=g.pad_begin[0],
+                                             PW=g.pad_begin[1], DH=g.dilation[0], DW=g.dilation[1],
                                              BLOCK=BLOCK)
 
 
 @runs(R.ResizeNearest2x, "simple")
-def resize_nearest2x(rec, arena):
-    n, c, h, w = rec.x_shape
+def resize_nearest2x(t, arena):
+    n, c, h, w = t.record.geometry.x_shape
     total = 4 * n * c * h * w
-    K.resize_nearest2x[_pool_grid(total)](at(arena, rec.x_off), at(arena, rec.y_off), total, h, w, BLOCK=BLOCK)
+    K.resize_nearest2x[_pool_grid(total)](at(arena, t.off("x")), at(arena, t.off("y")), total, h, w, BLOCK=BLOCK)

@@ -1,0 +1,106 @@
+"""Every RLX_* flag, read in this one module into a frozen Config.
+
+Each flag is declared once in FLAGS: its environment name, the Config field it sets, its
+default and its parser. Every parser is strict: a value it does not know is an error
+naming the flag and listing the accepted values. No other module reads os.environ for an
+RLX_* variable (tests/test_architecture.py greps the package for it).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from typing import Callable, Mapping, Optional, Tuple
+
+_TRUE = ("1", "on", "true", "yes")
+_FALSE = ("0", "off", "false", "no")
+
+
+def _refuse(name: str, raw: str, accepted: str) -> ValueError:
+    return ValueError(f"{name}={raw!r} is not a valid value; accepted: {accepted}")
+
+
+def parse_bool(name: str, raw: str) -> bool:
+    v = raw.strip().lower()
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    raise _refuse(name, raw, ", ".join(_TRUE + _FALSE))
+
+
+def parse_positive_int(name: str, raw: str) -> int:
+    try:
+        n = int(raw.strip())
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise _refuse(name, raw, "a positive integer")
+    return n
+
+
+def choice_parser(*accepted: str) -> Callable[[str, str], str]:
+    """A parser for a flag that takes one of a few names (case-insensitive)."""
+    def parse(name: str, raw: str) -> str:
+        v = raw.strip().lower()
+        if v not in accepted:
+            raise _refuse(name, raw, ", ".join(accepted))
+        return v
+    return parse
+
+
+TRITON_ALGOS = ("auto", "simple", "igemm", "igemm_nchw")
+
+
+@dataclass(frozen=True)
+class Flag:
+    env: str                               # the environment variable
+    field: str                             # the Config field it sets
+    parse: Callable[[str, str], object]    # (flag name, raw value) -> value, or ValueError
+    doc: str
+
+
+FLAGS: Tuple[Flag, ...] = (
+    Flag("RLX_FAST_CONV", "fast_conv", parse_bool,
+         "default on; off sends every record to its reference kernel"),
+    Flag("RLX_WINOGRAD", "winograd", parse_bool,
+         "Winograd F(2x2,3x3) on eligible 3x3 convs"),
+    Flag("RLX_DIRECT_CONV", "direct_conv", parse_bool,
+         "the direct kernel for stride-1, dilation-1 convs"),
+    Flag("RLX_NUM_THREADS", "num_threads", parse_positive_int,
+         "threads of the CPU kernels' pool (default: every core numba sees)"),
+    Flag("RLX_TRITON_ALGO", "triton_algo", choice_parser(*TRITON_ALGOS),
+         "GPU conv kernel family: auto, simple, igemm (channels-last x) or igemm_nchw (x read in place)"),
+    Flag("RLX_CUDA_GRAPH", "cuda_graph", parse_bool,
+         "GPU: replay a CUDA graph from an arena's second run on (default on)"),
+)
+
+
+@dataclass(frozen=True)
+class Config:
+    fast_conv: bool = True               # RLX_FAST_CONV
+    winograd: bool = False               # RLX_WINOGRAD
+    direct_conv: bool = False            # RLX_DIRECT_CONV
+    num_threads: Optional[int] = None    # RLX_NUM_THREADS; None: every core numba sees
+    triton_algo: str = "auto"            # RLX_TRITON_ALGO
+    cuda_graph: bool = True              # RLX_CUDA_GRAPH
+
+    def __post_init__(self):
+        if self.triton_algo not in TRITON_ALGOS:
+            raise ValueError(f"Config.triton_algo={self.triton_algo!r}; accepted: {', '.join(TRITON_ALGOS)}")
+        if self.num_threads is not None and (not isinstance(self.num_threads, int) or self.num_threads < 1):
+            raise ValueError(f"Config.num_threads={self.num_threads!r}; accepted: None or a positive integer")
+
+    @classmethod
+    def from_env(cls, env: Optional[Mapping[str, str]] = None) -> "Config":
+        """The flags from `env` (default os.environ); an unset or empty flag keeps its default."""
+        env = os.environ if env is None else env
+        values = {}
+        for flag in FLAGS:
+            raw = env.get(flag.env)
+            if raw is not None and raw.strip() != "":
+                values[flag.field] = flag.parse(flag.env, raw)
+        return cls(**values)
+
+    def replace(self, **changes) -> "Config":
+        return dataclasses.replace(self, **changes)

@@ -1,0 +1,58 @@
+"""The CPU backend: numba kernels on a numpy arena (rlxpy.thunks.backend.Backend)."""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import numpy as np
+
+from ..config import Config
+from ..thunks import arena as A
+from ..thunks.backend import ChoiceContext, Kernel
+from ..thunks.records import Choice, Record, Thunk
+from . import choose as _choose
+from . import dispatch
+from .gemm import configure_threads
+
+
+class CpuBackend:
+    name = "cpu"
+
+    def threads(self, config: Config) -> int:
+        """Sets numba's pool to RLX_NUM_THREADS (default: all cores) and BLAS to one thread per
+        caller, for the calling thread; returns the worker count kernels are planned for."""
+        return configure_threads(config.num_threads)
+
+    def choose(self, record: Record, ctx: ChoiceContext) -> Choice:
+        return _choose.choose(record, ctx)
+
+    def kernel(self, thunk: Thunk) -> Kernel:
+        try:
+            return dispatch.EXEC[(type(thunk.record), thunk.algo)]
+        except KeyError:
+            raise NotImplementedError(f"{thunk.node}: no CPU kernel for {type(thunk.record).__name__} with algo "
+                                      f"{thunk.algo!r}") from None
+
+    def prepare(self, thunk: Thunk) -> Optional[Kernel]:
+        # prepare steps are registered only for record types that have weight_const
+        fn = dispatch.PREPARE.get((type(thunk.record), thunk.algo))
+        return fn if fn is not None and thunk.record.weight_const else None
+
+    def new_arena(self, nbytes: int) -> np.ndarray:
+        arena = A.new_arena(nbytes)
+        arena[...] = 0.0
+        return arena
+
+    def write(self, arena: np.ndarray, off: int, array) -> None:
+        A.view(arena, off, np.shape(array))[...] = array    # any strides: copied into place
+
+    def read(self, arena: np.ndarray, off: int, shape: Tuple[int, ...]) -> np.ndarray:
+        return A.view(arena, off, shape).copy()
+
+    def view(self, arena: np.ndarray, off: int, shape: Tuple[int, ...]) -> np.ndarray:
+        return A.view(arena, off, shape)
+
+    def fill(self, arena: np.ndarray, off: int, nbytes: int, value: float) -> None:
+        A.view(arena, off, (nbytes // 4,))[...] = value
+
+
+CPU = CpuBackend()

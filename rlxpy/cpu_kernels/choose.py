@@ -1,0 +1,237 @@
+"""The CPU backend's kernel choice: per record, the algo, why, tiling, and the scratch and
+persistent bytes, decided from the Config, the geometry and the worker count.
+
+Scratch sizes come from the kernel families (`*_slot_floats`); nothing here restates a
+formula. Kernel names are listed in DESIGN.md; never reuse one for another kernel.
+"""
+from __future__ import annotations
+
+from math import ceil, prod
+from typing import Callable, Dict, List, Optional, Type
+
+from ..config import Config
+from ..registry import registrar
+from ..thunks import records as R
+from ..thunks.backend import ChoiceContext
+from ..thunks.geometry import ConvGeometry
+from ..thunks.records import Choice, Tiling
+from .backward import weight_grad_slot_floats
+from .conv2d import winograd_filter_floats, winograd_slot_floats
+from .conv3d import im2col_slot_floats
+from .conv_transpose import col2im_slot_floats
+
+CHOOSE: Dict[Type[R.Record], Callable[[R.Record, ChoiceContext], Choice]] = {}
+chooser = registrar(CHOOSE, "CPU chooser")   # @chooser(RecordType)
+
+# Scratch (im2col columns, col2im columns, Winograd transforms) is planned into the arena;
+# past this size a conv takes the reference kernel instead of asking for gigabytes.
+SCRATCH_CAP_BYTES = 2 << 30
+
+# Column tiles of about this many bytes (64 to 1024 columns): the best of 1 to 56 output
+# rows per tile on the bench shapes, where a GEMM of a few hundred columns ran at about
+# 95 GFLOP/s per core and one of about 100 columns at 60-70.
+TILE_BYTES = 1 << 20
+
+
+def choose(rec: R.Record, ctx: ChoiceContext) -> Choice:
+    try:
+        fn = CHOOSE[type(rec)]
+    except KeyError:
+        raise NotImplementedError(f"{rec.node}: the CPU backend has no chooser for {type(rec).__name__}") from None
+    return fn(rec, ctx)
+
+
+def reference(family: str, config: Config) -> Choice:
+    if not config.fast_conv:
+        return Choice("naive", "RLX_FAST_CONV=0: reference kernel")
+    return Choice("naive", f"no fast {family} kernel: reference kernel")
+
+
+def parallel(family: str, config: Config, why: str = "parallel over the N*C planes") -> Choice:
+    if not config.fast_conv:
+        return reference(family, config)
+    return Choice("parallel", why)
+
+
+def _capped(choice: Choice) -> Choice:
+    if choice.scratch_bytes + choice.persistent_bytes <= SCRATCH_CAP_BYTES:
+        return choice
+    return Choice("naive", f"{choice.algo} would need {choice.scratch_bytes + choice.persistent_bytes} bytes "
+                           f"of scratch (cap {SCRATCH_CAP_BYTES}): reference kernel")
+
+
+def _split(items: int, threads: int, limit: int) -> int:
+    """How many blocks to cut each item into so that there is work for every thread."""
+    return max(1, min(limit, ceil(threads / items))) if items < threads else 1
+
+
+def _row_tiles(rows: int, row_len: int, ck: int, items_per_tile: int, threads: int) -> int:
+    """Output rows per column tile: about TILE_BYTES of columns, at least one row, enough
+    tiles that every thread has one, and, where a nearby size allows it, a whole number of
+    items per thread (numba's prange splits its range statically: 7 items on 2 threads
+    run as 4 + 3)."""
+    cols = max(64, min(1024, TILE_BYTES // (4 * ck)))
+    tile = max(1, min(rows, cols // row_len))
+    while tile > 1 and items_per_tile * ceil(rows / tile) < threads:
+        tile = ceil(tile / 2)
+    for t in range(tile, max(1, tile // 2) - 1, -1):
+        if items_per_tile * ceil(rows / t) % threads == 0:
+            return t
+    return tile
+
+
+def im2col_choice(g: ConvGeometry, ctx: ChoiceContext, why: str) -> Choice:
+    g3 = g.lifted(3)
+    n, groups, threads = g3.x_shape[0], g3.groups, ctx.threads
+    rows, row_len = prod(g3.y_shape[2:-1]), g3.y_shape[-1]
+    ck = g3.cin_g * g3.taps
+    k_blocks = 1
+    if n * groups < threads and g3.cout_g * ck >= (1 << 20):   # weights over 4 MiB: split them, not the columns
+        k_blocks = _split(n * groups, threads, g3.cout_g)
+    tile = _row_tiles(rows, row_len, ck, n * groups * k_blocks, threads)
+    return _capped(Choice("im2col", why, ctx.threads * 4 * im2col_slot_floats(g3, tile), 0, Tiling(tile, k_blocks)))
+
+
+def _winograd_block(tiles: int) -> int:
+    """2x2 tiles per work item. Measured on this 2-core machine (bench/conv_suite.py shapes):
+    about a quarter of an image's tiles, 32 to 196, was best: big enough for the 16 GEMMs to
+    run well, small enough that both workers get blocks."""
+    return min(tiles, max(32, min(196, ceil(tiles / 4))))
+
+
+def _not_taken(name: str, flag: str, requested: bool, reason: Optional[str]) -> str:
+    if not requested:
+        return f"{flag} off"
+    return f"{name} requested but {reason}"
+
+
+def winograd_reason(g: ConvGeometry) -> Optional[str]:
+    """None when eligible: 3x3, stride 1, dilation 1, groups 1."""
+    if tuple(g.kernel) != (3, 3):
+        return f"kernel {tuple(g.kernel)}"
+    if tuple(g.stride) != (1, 1):
+        return f"stride {tuple(g.stride)}"
+    if tuple(g.dilation) != (1, 1):
+        return f"dilation {tuple(g.dilation)}"
+    if g.groups != 1:
+        return f"groups {g.groups}"
+    return None
+
+
+def direct_reason(g: ConvGeometry) -> Optional[str]:
+    if any(s != 1 for s in g.stride):
+        return f"stride {tuple(g.stride)}"
+    if any(d != 1 for d in g.dilation):
+        return f"dilation {tuple(g.dilation)}"
+    return None
+
+
+def is_depthwise(g: ConvGeometry) -> bool:
+    """One input channel per group: depthwise (groups == C_in == C_out), channel multipliers,
+    and single-channel inputs such as MNIST's first conv (im2col there has K = kh*kw)."""
+    return g.x_shape[1] == g.groups
+
+
+@chooser(R.Conv2D)
+def choose_conv2d(rec: R.Conv2D, ctx: ChoiceContext) -> Choice:
+    """Precedence: Winograd (RLX_WINOGRAD), direct (RLX_DIRECT_CONV), depthwise, im2col+GEMM,
+    and the reference kernel when the im2col scratch would pass its cap."""
+    config, g = ctx.config, rec.geometry
+    if not config.fast_conv:
+        return reference("conv2d", config)
+    c, k = g.x_shape[1], g.y_shape[1]
+    passed: List[str] = []
+    wino = winograd_reason(g)
+    if config.winograd and wino is None:
+        tiles = g.x_shape[0] * ceil(g.y_shape[2] / 2) * ceil(g.y_shape[3] / 2)
+        block = _winograd_block(tiles)
+        k_blocks = _split(ceil(tiles / block), ctx.threads, max(1, k // 32))
+        return _capped(Choice("winograd", "RLX_WINOGRAD on: 3x3, stride 1, dilation 1, groups 1",
+                              ctx.threads * 4 * winograd_slot_floats(c, k, block, k_blocks),
+                              4 * winograd_filter_floats(c, k), Tiling(block, k_blocks)))
+    passed.append(_not_taken("winograd", "RLX_WINOGRAD", config.winograd, wino))
+    direct = direct_reason(g)
+    if config.direct_conv and direct is None:
+        return Choice("direct", "RLX_DIRECT_CONV on: stride 1, dilation 1; " + "; ".join(passed))
+    passed.append(_not_taken("direct", "RLX_DIRECT_CONV", config.direct_conv, direct))
+    if is_depthwise(g):
+        return Choice("depthwise", "one input channel per group: per-channel kernel; " + "; ".join(passed))
+    return im2col_choice(g, ctx, "im2col+GEMM; " + "; ".join(passed))
+
+
+@chooser(R.Conv2D1x1)
+def choose_conv2d_1x1(rec: R.Conv2D1x1, ctx: ChoiceContext) -> Choice:
+    if not ctx.config.fast_conv:
+        return reference("conv2d_1x1", ctx.config)
+    x = rec.geometry.x_shape
+    n, p = x[0], x[2] * x[3]
+    # about 256 columns a tile (the pointwise bench case: 0.21 ms at 128-256 columns, 0.3-0.8
+    # above), and a whole number of tiles per thread when one image is split
+    per_image = ctx.threads * ceil(p / (ctx.threads * 256)) if n < ctx.threads else ceil(p / 256)
+    return Choice("gemm1x1", "1x1, stride 1, unpadded, groups 1: one GEMM per image",
+                  tiling=Tiling(tile=ceil(p / per_image)))
+
+
+@chooser(R.Conv3d)
+def choose_conv3d(rec: R.Conv3d, ctx: ChoiceContext) -> Choice:
+    if not ctx.config.fast_conv:
+        return reference("conv3d", ctx.config)
+    return im2col_choice(rec.geometry, ctx, "im2col+GEMM")
+
+
+def col2im_choice(family: str, g: ConvGeometry, ctx: ChoiceContext, transposed_in: bool) -> Choice:
+    """Transposed convs and conv input gradients: GEMM into columns + col2im. For a
+    transposed conv the geometry's x is its input; for an input gradient the GEMM reads dy."""
+    if not ctx.config.fast_conv:
+        return reference(family, ctx.config)
+    n, groups = g.x_shape[0], g.groups
+    if transposed_in:       # ConvTranspose: reads x [N, C_in, ...], writes y
+        pin, out_per_group = prod(g.x_shape[2:]), g.cout_g
+    else:                   # backward input: reads dy (= y), writes dx (= x)
+        pin, out_per_group = prod(g.y_shape[2:]), g.cin_g
+    k_blocks = _split(n * groups, ctx.threads, out_per_group)
+    scratch = ctx.threads * 4 * col2im_slot_floats(out_per_group, k_blocks, g.taps, pin)
+    return _capped(Choice("col2im", "GEMM into columns + col2im", scratch, 0, Tiling(0, k_blocks)))
+
+
+@chooser(R.ConvTranspose2d)
+@chooser(R.ConvTranspose3d)
+def choose_conv_transpose(rec, ctx: ChoiceContext) -> Choice:
+    family = "conv_transpose3d" if isinstance(rec, R.ConvTranspose3d) else "conv_transpose2d"
+    return col2im_choice(family, rec.geometry, ctx, transposed_in=True)
+
+
+@chooser(R.Conv2dBackwardInput)
+def choose_conv2d_backward_input(rec, ctx: ChoiceContext) -> Choice:
+    return col2im_choice("conv2d_backward_input", rec.geometry, ctx, transposed_in=False)
+
+
+@chooser(R.Conv2dBackwardWeight)
+def choose_conv2d_backward_weight(rec, ctx: ChoiceContext) -> Choice:
+    if not ctx.config.fast_conv:
+        return reference("conv2d_backward_weight", ctx.config)
+    g = rec.geometry
+    tile = _row_tiles(g.y_shape[2], g.y_shape[3], g.cin_g * g.taps, g.x_shape[0] * g.groups, ctx.threads)
+    return _capped(Choice("im2col", "im2col + GEMM accumulated per worker",
+                          ctx.threads * 4 * weight_grad_slot_floats(g, tile), 0, Tiling(tile)))
+
+
+@chooser(R.Pool2D)
+@chooser(R.Pool3D)
+def choose_pool(rec, ctx: ChoiceContext) -> Choice:
+    return parallel("pool3d" if isinstance(rec, R.Pool3D) else "pool2d", ctx.config)
+
+
+@chooser(R.MaxPool2dBackward)
+def choose_max_pool2d_backward(rec, ctx: ChoiceContext) -> Choice:
+    return parallel("max_pool2d_backward", ctx.config)
+
+
+@chooser(R.Im2Col)
+def choose_im2col(rec, ctx: ChoiceContext) -> Choice:
+    return parallel("im2col", ctx.config, "parallel over output rows")
+
+
+@chooser(R.ResizeNearest2x)
+def choose_resize_nearest2x(rec, ctx: ChoiceContext) -> Choice:
+    return parallel("resize_nearest2x", ctx.config)

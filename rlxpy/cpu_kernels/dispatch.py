@@ -1,0 +1,238 @@
+"""The CPU dispatch table: (record type, algo) -> a function (thunk, arena) that takes views
+of the arena and calls a numba kernel; and PREPARE, what fills a thunk's persistent bytes
+once per arena. Registered here, next to the calls they make."""
+from __future__ import annotations
+
+from typing import Callable, Dict, Tuple, Type
+
+import numpy as np
+
+from ..registry import registrar
+from ..thunks import records as R
+from ..thunks.arena import view
+from ..thunks.records import Thunk
+from . import backward, conv2d, conv3d, conv_transpose, im2col, pool, resize
+
+EXEC: Dict[Tuple[Type[R.Record], str], Callable[[Thunk, np.ndarray], None]] = {}
+runs = registrar(EXEC, "CPU kernel")            # @runs(RecordType, algo)
+PREPARE: Dict[Tuple[Type[R.Record], str], Callable[[Thunk, np.ndarray], None]] = {}
+prepares = registrar(PREPARE, "CPU prepare step")
+NO_BIAS = np.zeros(0, np.float32)
+
+
+def at(t: Thunk, arena, role: str, shape) -> np.ndarray:
+    return view(arena, t.off(role), shape)
+
+
+def bias_of(t: Thunk, arena) -> np.ndarray:
+    off = t.off("b")
+    return NO_BIAS if off < 0 else view(arena, off, (t.record.geometry.y_shape[1],))
+
+
+def scratch_of(t: Thunk, arena) -> np.ndarray:
+    return view(arena, t.scratch_off, (t.scratch_bytes // 4,))
+
+
+def slot_floats(t: Thunk, threads: int) -> int:
+    """One worker's share of the thunk's scratch (planned as threads equal slots)."""
+    return t.scratch_bytes // 4 // threads
+
+
+def conv_args(g3) -> tuple:
+    """stride, begin padding, dilation (3 axes each) and groups of a 3-D geometry."""
+    return tuple(g3.stride) + tuple(g3.pad_begin) + tuple(g3.dilation) + (g3.groups,)
+
+
+def _weight3(g3, rows: int, cols: int):
+    return (rows, cols) + tuple(g3.kernel)
+
+
+@runs(R.Conv2D, "naive")
+@runs(R.Conv2D1x1, "naive")
+@runs(R.Conv3d, "naive")
+def conv_reference(t, arena):
+    g3 = t.record.geometry.lifted(3)
+    conv3d.conv_naive(at(t, arena, "x", g3.x_shape), at(t, arena, "w", _weight3(g3, g3.y_shape[1], g3.cin_g)),
+                      bias_of(t, arena), at(t, arena, "y", g3.y_shape), *conv_args(g3))
+
+
+@runs(R.ConvTranspose2d, "naive")
+@runs(R.ConvTranspose3d, "naive")
+def conv_transpose_reference(t, arena):
+    g3 = t.record.geometry.lifted(3)
+    conv_transpose.conv_transpose_naive(
+        at(t, arena, "x", g3.x_shape), at(t, arena, "w", _weight3(g3, g3.x_shape[1], g3.cout_g)),
+        bias_of(t, arena), at(t, arena, "y", g3.y_shape), *conv_args(g3))
+
+
+@runs(R.Conv2dBackwardInput, "naive")
+def conv2d_backward_input_reference(t, arena):
+    # dx = conv_transpose(dy, w): w [K, C/g, kh, kw] is already the transposed conv's layout.
+    g3 = t.record.geometry.lifted(3)
+    conv_transpose.conv_transpose_naive(
+        at(t, arena, "dy", g3.y_shape), at(t, arena, "w", _weight3(g3, g3.y_shape[1], g3.cin_g)), NO_BIAS,
+        at(t, arena, "dx", g3.x_shape), *conv_args(g3))
+
+
+@runs(R.Conv2dBackwardWeight, "naive")
+def conv2d_backward_weight_reference(t, arena):
+    g = t.record.geometry
+    backward.conv2d_backward_weight_naive(
+        at(t, arena, "x", g.x_shape), at(t, arena, "dy", g.y_shape),
+        at(t, arena, "dw", (g.y_shape[1], g.cin_g) + tuple(g.kernel)),
+        *g.stride, *g.pad_begin, *g.dilation, g.groups)
+
+
+def pool_args(t, arena):
+    g3 = t.record.geometry.lifted(3)
+    return (at(t, arena, "x", g3.x_shape), at(t, arena, "y", g3.y_shape), t.record.kind == "max",
+            *g3.kernel, *g3.stride, *g3.pad_begin, *g3.pad_end, *g3.dilation, t.record.count_include_pad)
+
+
+def max_pool_backward_args(t, arena):
+    g3 = t.record.geometry.lifted(3)
+    return (at(t, arena, "x", g3.x_shape), at(t, arena, "dy", g3.y_shape), at(t, arena, "dx", g3.x_shape),
+            *g3.kernel, *g3.stride, *g3.pad_begin, *g3.dilation)
+
+
+@runs(R.Pool2D, "naive")
+@runs(R.Pool3D, "naive")
+def pool_reference(t, arena):
+    pool.pool_naive(*pool_args(t, arena))
+
+
+@runs(R.MaxPool2dBackward, "naive")
+def max_pool2d_backward_reference(t, arena):
+    pool.max_pool_backward_naive(*max_pool_backward_args(t, arena))
+
+
+def im2col_args(t, arena):
+    g = t.record.geometry
+    return (at(t, arena, "x", g.x_shape), at(t, arena, "y", g.rows_shape), *g.out_hw, *g.kernel,
+            *g.stride, *g.pad_begin, *g.dilation)
+
+
+def resize_args(t, arena):
+    n, c, h, w = t.record.geometry.x_shape
+    return at(t, arena, "x", (n, c, h, w)), at(t, arena, "y", (n, c, 2 * h, 2 * w))
+
+
+@runs(R.Im2Col, "naive")
+def im2col_reference(t, arena):
+    im2col.im2col_naive(*im2col_args(t, arena))
+
+
+@runs(R.ResizeNearest2x, "naive")
+def resize_nearest2x_reference(t, arena):
+    resize.resize_nearest2x_naive(*resize_args(t, arena))
+
+
+# --- fast kernels ----------------------------------------------------------------------
+
+def _threads() -> int:
+    import numba
+    return numba.get_num_threads()
+
+
+@runs(R.Conv2D, "im2col")
+@runs(R.Conv3d, "im2col")
+def conv_im2col(t, arena):
+    g3 = t.record.geometry.lifted(3)
+    conv3d.conv_im2col(at(t, arena, "x", g3.x_shape), at(t, arena, "w", _weight3(g3, g3.y_shape[1], g3.cin_g)),
+                       bias_of(t, arena), at(t, arena, "y", g3.y_shape), *conv_args(g3),
+                       scratch_of(t, arena), slot_floats(t, _threads()), t.tiling.tile, t.tiling.k_blocks)
+
+
+@runs(R.Conv2D1x1, "gemm1x1")
+def conv_gemm1x1(t, arena):
+    g = t.record.geometry
+    conv2d.conv2d_gemm1x1(at(t, arena, "x", g.x_shape), at(t, arena, "w", (g.y_shape[1], g.x_shape[1])),
+                          bias_of(t, arena), at(t, arena, "y", g.y_shape), t.tiling.tile)
+
+
+def _conv2d_io(t, arena):
+    g = t.record.geometry
+    return (at(t, arena, "x", g.x_shape), at(t, arena, "w", (g.y_shape[1], g.cin_g) + tuple(g.kernel)),
+            bias_of(t, arena), at(t, arena, "y", g.y_shape))
+
+
+@runs(R.Conv2D, "direct")
+def conv_direct(t, arena):
+    conv2d.conv2d_direct(*_conv2d_io(t, arena), *t.record.geometry.pad_begin, t.record.geometry.groups)
+
+
+@runs(R.Conv2D, "depthwise")
+def conv_depthwise(t, arena):
+    g = t.record.geometry
+    conv2d.conv2d_depthwise(*_conv2d_io(t, arena), *g.stride, *g.pad_begin, *g.dilation, g.groups)
+
+
+def _winograd_filters(t, arena) -> np.ndarray:
+    g = t.record.geometry
+    return view(arena, t.persistent_off, (16, g.y_shape[1], g.x_shape[1]))
+
+
+@prepares(R.Conv2D, "winograd")
+def winograd_prepare(t, arena):
+    """A param's filter transform, once per arena."""
+    w = _conv2d_io(t, arena)[1]
+    conv2d.winograd_filter_transform(w, _winograd_filters(t, arena))
+
+
+@runs(R.Conv2D, "winograd")
+def conv_winograd(t, arena):
+    x, w, b, y = _conv2d_io(t, arena)
+    u = _winograd_filters(t, arena)
+    if not t.record.weight_const:      # a weight that is a graph input changes every run
+        conv2d.winograd_filter_transform(w, u)
+    conv2d.conv2d_winograd(x, u, b, y, *t.record.geometry.pad_begin, scratch_of(t, arena),
+                           slot_floats(t, _threads()), t.tiling.tile, t.tiling.k_blocks)
+
+
+@runs(R.ConvTranspose2d, "col2im")
+@runs(R.ConvTranspose3d, "col2im")
+def conv_transpose_col2im(t, arena):
+    g3 = t.record.geometry.lifted(3)
+    conv_transpose.conv_transpose_col2im(
+        at(t, arena, "x", g3.x_shape), at(t, arena, "w", _weight3(g3, g3.x_shape[1], g3.cout_g)),
+        bias_of(t, arena), at(t, arena, "y", g3.y_shape), *conv_args(g3),
+        scratch_of(t, arena), slot_floats(t, _threads()), t.tiling.k_blocks)
+
+
+@runs(R.Conv2dBackwardInput, "col2im")
+def conv2d_backward_input_col2im(t, arena):
+    g3 = t.record.geometry.lifted(3)
+    conv_transpose.conv_transpose_col2im(
+        at(t, arena, "dy", g3.y_shape), at(t, arena, "w", _weight3(g3, g3.y_shape[1], g3.cin_g)), NO_BIAS,
+        at(t, arena, "dx", g3.x_shape), *conv_args(g3), scratch_of(t, arena), slot_floats(t, _threads()),
+        t.tiling.k_blocks)
+
+
+@runs(R.Conv2dBackwardWeight, "im2col")
+def conv2d_backward_weight_im2col(t, arena):
+    g = t.record.geometry
+    backward.conv2d_backward_weight_im2col(
+        at(t, arena, "x", g.x_shape), at(t, arena, "dy", g.y_shape),
+        at(t, arena, "dw", (g.y_shape[1], g.cin_g) + tuple(g.kernel)), *g.stride, *g.pad_begin, *g.dilation,
+        g.groups, scratch_of(t, arena), slot_floats(t, _threads()), t.tiling.tile)
+
+
+@runs(R.Pool2D, "parallel")
+@runs(R.Pool3D, "parallel")
+def pool_parallel(t, arena):
+    pool.pool_parallel(*pool_args(t, arena))
+
+
+@runs(R.MaxPool2dBackward, "parallel")
+def max_pool2d_backward_parallel(t, arena):
+    pool.max_pool_backward_parallel(*max_pool_backward_args(t, arena))
+
+
+@runs(R.Im2Col, "parallel")
+def im2col_parallel(t, arena):
+    im2col.im2col_rows_parallel(*im2col_args(t, arena))
+
+
+@runs(R.ResizeNearest2x, "parallel")
+def resize_nearest2x_parallel(t, arena):
+    resize.resize_nearest2x_parallel(*resize_args(t, arena))
