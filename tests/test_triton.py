@@ -315,6 +315,41 @@ def test_triton_gpu_cuda_graph_replays_see_new_inputs(graphs, monkeypatch):
     assert len(captured) == (1 if graphs == "1" else 0)
 
 
+def test_triton_capture_gate_runs_a_capture_alone():
+    """No shared section (a GPU run) overlaps an exclusive one (a capture), and a waiting
+    capture is not starved by a stream of runs."""
+    import threading
+    import time
+    from rlxpy.triton.executable import CaptureGate
+    gate, log, lock = CaptureGate(), [], threading.Lock()
+
+    def section(kind, hold):
+        with gate.exclusive() if kind == "x" else gate.shared():
+            with lock:
+                log.append((kind, "in"))
+            time.sleep(hold)
+            with lock:
+                log.append((kind, "out"))
+
+    threads = [threading.Thread(target=section, args=("s", 0.05)) for _ in range(3)]
+    threads += [threading.Thread(target=section, args=("x", 0.02))]
+    threads += [threading.Thread(target=section, args=("s", 0.01)) for _ in range(3)]
+    for t in threads:
+        t.start()
+        time.sleep(0.005)
+    for t in threads:
+        t.join(timeout=10)
+    shared, capturing = 0, False
+    for kind, what in log:
+        if kind == "x":
+            assert (not capturing and shared == 0) if what == "in" else capturing, log
+            capturing = what == "in"
+        else:
+            assert not capturing, log
+            shared += 1 if what == "in" else -1
+    assert len(log) == 14 and ("x", "in") in log
+
+
 @pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU")
 def test_triton_gpu_concurrent_runs_with_cuda_graphs():
     """Two threads share one executable: each run gets its own arena (and graph); a capture
@@ -328,13 +363,16 @@ def test_triton_gpu_concurrent_runs_with_cuda_graphs():
     inputs = [rand(rng, 2, 16, 10, 10) for _ in range(12)]
     refs = [ref_exe.run({"x": v})["y"] for v in inputs]
     errors = []
+    lockstep = threading.Barrier(2, timeout=120)   # run k of both threads together: captures meet work
 
     def worker(ids):
         try:
             for i in ids:
+                lockstep.wait()
                 assert_close(exe.run({"x": inputs[i]})["y"], refs[i], TOL["igemm"])
         except Exception as e:          # reported by the main thread
             errors.append(e)
+            lockstep.abort()
 
     threads = [threading.Thread(target=worker, args=(range(t, 12, 2),)) for t in range(2)]
     for t in threads:

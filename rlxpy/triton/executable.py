@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+from contextlib import contextmanager
 from typing import Dict, Optional
 
 from ..config import Config
@@ -14,12 +15,53 @@ from ..thunks.executor import Compiled, Executable
 _GPU_OPS = {"Conv": (3, 4), "Pool": (3, 4), "Conv2dBackwardInput": (4,), "Conv2dBackwardWeight": (4,),
             "MaxPool2dBackward": (4,), "ResizeNearest2x": (4,), "Input": None, "Param": None}
 
-# One capture at a time in this process. torch.cuda.graph captures on one stream shared by
-# every graph unless told otherwise, and a second capture begun on a stream that is already
-# capturing fails *after* making that stream the thread's current one: that thread's later
-# "eager" launches were then recorded into the other thread's graph instead of running (the
-# race test_triton_gpu_concurrent_runs_with_cuda_graphs caught: 2 failures in 6 runs).
-_CAPTURE_LOCK = threading.Lock()
+class CaptureGate:
+    """GPU work of rlxpy runs shared; a CUDA graph capture runs alone, in the whole process.
+
+    Measured on the H200 (bench/gpu_capture_race.py): while one thread captures, any GPU
+    work another thread issues (a kernel, an allocation's fill, a synchronize, a second
+    capture) fails with "operation not permitted when stream is capturing" and also breaks
+    the capture in progress. Two threads running one executable met exactly there: one
+    arena's second run captured while the other thread launched, autotuned or captured
+    (test_triton_gpu_concurrent_runs_with_cuda_graphs: 2 of 8 runs wrong on the old code).
+    Captures happen once per arena, so the exclusive sections are rare."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._active = 0          # threads in shared sections
+        self._capturing = False
+        self._waiting = 0         # captures waiting: they go before new shared sections
+
+    @contextmanager
+    def shared(self):
+        with self._cond:
+            while self._capturing or self._waiting:
+                self._cond.wait()
+            self._active += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._active -= 1
+                self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self):
+        with self._cond:
+            self._waiting += 1
+            while self._capturing or self._active:
+                self._cond.wait()
+            self._waiting -= 1
+            self._capturing = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._capturing = False
+                self._cond.notify_all()
+
+
+GATE = CaptureGate()
 
 
 def _import_gpu_stack():
@@ -80,16 +122,29 @@ class CudaExecutable(Executable):
         return tuple(int(d) for d in arr.shape)
 
     def run(self, inputs, return_tensors: bool = False):
-        outs = super().run(inputs)     # device tensors (the backend's read clones them)
-        if return_tensors:
+        compiled = self._compile_for(self.check_inputs(inputs))
+        b = self.backend
+        with GATE.shared():                       # a new arena copies params and prepares weights
+            arena = compiled.pool.acquire()
+        try:
+            capture = self.use_graphs and self._graphs.get(id(arena), 0) == 1
+            with GATE.exclusive() if capture else GATE.shared():
+                for name, (off, _) in compiled.plan.inputs.items():
+                    b.write(arena, off, inputs[name])
+                self._launch_all(compiled, arena)
+                outs = {name: b.read(arena, off, shape) for name, (off, shape) in compiled.plan.outputs.items()}
+                if not return_tensors:            # the copy to the host synchronizes: inside the gate
+                    outs = {name: t.cpu().numpy() for name, t in outs.items()}
             return outs
-        return {name: t.cpu().numpy() for name, t in outs.items()}
+        finally:
+            compiled.pool.release(arena)
 
     def _launch_all(self, compiled: Compiled, arena) -> None:
         """The thunks in order. With CUDA graphs on, an arena's first run launches them one by
         one (compiling and autotuning), its second captures them into a CUDA graph, and later
         runs replay it: one launch instead of a few Python-side launches per thunk, which
-        cost more than the kernels of a small conv."""
+        cost more than the kernels of a small conv. The caller holds GATE (exclusively for a
+        capture)."""
         key = id(arena)
         state = self._graphs.get(key, 0) if self.use_graphs else -1
         if isinstance(state, int) and state == 1:
@@ -104,18 +159,16 @@ class CudaExecutable(Executable):
 
     def _capture(self, calls, arena):
         """A CUDA graph of the thunks (records, runs nothing), or -1 when they cannot be
-        captured. Captures are serialized process-wide, each on this executable's stream,
-        and the calling thread's current stream is the same afterwards whatever happens."""
+        captured; on this executable's own stream, and the calling thread's current stream
+        is the same afterwards whatever happens."""
         torch = self._torch
         graph = torch.cuda.CUDAGraph()
         current = torch.cuda.current_stream()
-        with _CAPTURE_LOCK:
-            try:
-                # thread_local: a capture here must not fail kernels that other threads launch
-                with torch.cuda.graph(graph, stream=self._capture_stream, capture_error_mode="thread_local"):
-                    self._launch_each(calls, arena)
-                return graph
-            except Exception:
-                return -1
-            finally:
-                torch.cuda.set_stream(current)
+        try:
+            with torch.cuda.graph(graph, stream=self._capture_stream, capture_error_mode="thread_local"):
+                self._launch_each(calls, arena)
+            return graph
+        except Exception:
+            return -1
+        finally:
+            torch.cuda.set_stream(current)
