@@ -30,7 +30,7 @@ IGEMM_BLOCKS = dict(BLOCK_M=128, BLOCK_N=64, BLOCK_K=32)  # the interpreter's fi
 TRANSPOSE_TILE = (64, 64)   # the NCHW -> NHWC copy's tile (channels, pixels)
 IGEMM_MIN = 8        # a GEMM side (per group) under this leaves the tl.dot tiles mostly padding
 DW_WAVES = 2         # split the weight gradient's pixels so that about this many waves of programs run
-INTERPRET = os.environ.get("TRITON_INTERPRET", "") == "1"   # Triton's own switch, not an RLX_* flag
+INTERPRET = os.environ.get("TRITON_INTERPRET", "") == "1"   # Triton's own switch, not one of ours
 
 
 def too_small_for_tiles(g, k_side: int):

@@ -1,0 +1,163 @@
+"""The structure DESIGN.md promises, checked: the device-neutral layer imports no backend,
+flags are read in one module, kernels write only their outputs and scratch, and explain()
+works before the first run of a dynamic graph."""
+import ast
+import pathlib
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import rlxpy as rx
+from rlxpy.cpu_kernels import dispatch
+
+from helpers import rand
+
+PACKAGE = pathlib.Path(rx.__file__).parent
+
+
+def _imports(path: pathlib.Path):
+    """Absolute module names a file imports (relative imports resolved against the package)."""
+    tree = ast.parse(path.read_text())
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = ".".join(parts[:len(parts) - node.level])
+                yield f"{base}.{node.module}" if node.module else base
+            else:
+                yield node.module
+
+
+def test_thunks_import_no_backend():
+    offenders = [(p.name, m) for p in (PACKAGE / "thunks").glob("*.py") for m in _imports(p)
+                 if m.startswith(("rlxpy.cpu_kernels", "rlxpy.triton", "numba", "torch", "triton"))]
+    assert not offenders, offenders
+
+
+def test_importing_the_device_neutral_layers_loads_no_backend():
+    code = ("import sys, rlxpy.thunks.plan, rlxpy.thunks.executor, rlxpy.thunks.explain; "
+            "print(sorted(m for m in sys.modules if m.startswith(('rlxpy.cpu_kernels', 'rlxpy.triton', "
+            "'numba', 'torch', 'triton'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_only_config_reads_rlx_flags():
+    pattern = re.compile(r"environ|getenv")
+    offenders = []
+    for p in PACKAGE.rglob("*.py"):
+        if p.name == "config.py" and p.parent == PACKAGE:
+            continue
+        for i, line in enumerate(p.read_text().splitlines(), 1):
+            if pattern.search(line) and "RLX_" in line:
+                offenders.append(f"{p.relative_to(PACKAGE)}:{i}: {line.strip()}")
+            if re.search(r"""["']RLX_\w+["']""", line) and pattern.search(line):
+                offenders.append(f"{p.relative_to(PACKAGE)}:{i}")
+    assert not offenders, offenders
+    # and the one module that does names every flag once
+    from rlxpy.config import FLAGS
+    assert len({f.env for f in FLAGS}) == len(FLAGS)
+
+
+# Every CPU kernel in the dispatch table, with a graph that makes the backend choose it.
+def _conv(**kw):
+    return lambda g, v: g.conv(v["x"], v["w"], bias=v.get("b"), **kw)
+
+
+GUARD_CASES = {
+    # (record type, algo): (config, build, inputs, params)
+    ("Conv2D", "im2col"): ({}, _conv(stride=2, padding=1), {"x": (2, 5, 9, 8)}, {"w": (6, 5, 3, 3), "b": (6,)}),
+    ("Conv2D", "winograd"): ({"winograd": True}, _conv(padding=1), {"x": (2, 5, 9, 7)}, {"w": (6, 5, 3, 3)}),
+    ("Conv2D", "direct"): ({"direct_conv": True}, _conv(padding=(1, 2)), {"x": (2, 3, 7, 6)}, {"w": (4, 3, 3, 3)}),
+    ("Conv2D", "depthwise"): ({}, _conv(padding=1, groups=4), {"x": (2, 4, 7, 6)}, {"w": (4, 1, 3, 3)}),
+    ("Conv2D1x1", "gemm1x1"): ({}, _conv(), {"x": (2, 5, 6, 7)}, {"w": (3, 5, 1, 1), "b": (3,)}),
+    ("Conv3d", "im2col"): ({}, lambda g, v: g.conv3d(v["x"], v["w"], padding=1), {"x": (2, 3, 4, 5, 4)},
+                           {"w": (4, 3, 3, 2, 3)}),
+    ("ConvTranspose2d", "col2im"): ({}, lambda g, v: g.conv_transpose2d(v["x"], v["w"], stride=2, padding=1),
+                                    {"x": (2, 4, 4, 5)}, {"w": (4, 3, 3, 3)}),
+    ("ConvTranspose3d", "col2im"): ({}, lambda g, v: g.conv_transpose3d(v["x"], v["w"], stride=2),
+                                    {"x": (2, 2, 3, 3, 2)}, {"w": (2, 3, 2, 2, 2)}),
+    ("Conv2dBackwardInput", "col2im"): ({}, lambda g, v: g.conv2d_backward_input(v["dy"], v["w"], (None, 4, 7, 6),
+                                                                                 padding=1),
+                                        {"dy": (2, 5, 7, 6)}, {"w": (5, 4, 3, 3)}),
+    ("Conv2dBackwardWeight", "im2col"): ({}, lambda g, v: g.conv2d_backward_weight(v["x"], v["dy"], 3, padding=1),
+                                         {"x": (2, 4, 7, 6), "dy": (2, 5, 7, 6)}, {}),
+    ("Pool2D", "parallel"): ({}, lambda g, v: g.pool(v["x"], "max", 3, stride=2, padding=1, ceil_mode=True),
+                             {"x": (2, 3, 7, 8)}, {}),
+    ("Pool3D", "parallel"): ({}, lambda g, v: g.pool(v["x"], "avg", 2, ceil_mode=True), {"x": (2, 2, 3, 5, 4)}, {}),
+    ("MaxPool2dBackward", "parallel"): ({}, lambda g, v: g.max_pool2d_backward(v["x"], v["dy"], 2),
+                                       {"x": (2, 3, 6, 6), "dy": (2, 3, 3, 3)}, {}),
+    ("Im2Col", "parallel"): ({}, lambda g, v: g.im2col(v["x"], 3, padding=1), {"x": (2, 3, 5, 4)}, {}),
+    ("ResizeNearest2x", "parallel"): ({}, lambda g, v: g.resize_nearest2x(v["x"]), {"x": (2, 3, 4, 5)}, {}),
+}
+
+
+def test_guard_cases_cover_every_cpu_kernel():
+    fast = {(t.__name__, algo) for t, algo in dispatch.EXEC if algo != "naive"}
+    assert fast == set(GUARD_CASES)
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "reference"])
+@pytest.mark.parametrize("key", list(GUARD_CASES), ids=lambda k: f"{k[0]}-{k[1]}")
+def test_kernels_write_only_their_outputs_and_scratch(key, fast):
+    """Guard zones around every tensor, every scratch and persistent buffer (no reuse):
+    after two runs (the second with planned data already in place) every zone is intact,
+    and the chosen algo is the one named."""
+    flags, build, in_shapes, p_shapes = GUARD_CASES[key]
+    rng = np.random.default_rng(60)
+    g = rx.Graph()
+    vals = {k: g.input(k, s) for k, s in in_shapes.items()}
+    vals.update({k: g.param(k, rand(rng, *s)) for k, s in p_shapes.items()})
+    g.output("out", build(g, vals))
+    config = rx.Config(**flags) if fast else rx.Config(fast_conv=False)
+    exe = rx.compile(g, config, plan_memory=False, guard_bytes=256)
+    th = exe.thunks[0]
+    assert (type(th.record).__name__, th.algo) == (key if fast else (key[0], "naive"))
+    inputs = {k: rand(rng, *s) for k, s in in_shapes.items()}
+    first = exe.run(inputs)["out"]
+    assert exe.guard_violations() == []
+    assert np.array_equal(exe.run(inputs)["out"], first)
+    assert exe.guard_violations() == []
+    assert len(exe.plan().guards) >= 3
+
+
+def test_guard_zones_catch_a_stray_write():
+    """The check itself: one float written just past an output is reported."""
+    g = rx.Graph()
+    g.output("y", g.resize_nearest2x(g.input("x", (1, 1, 2, 2))))
+    exe = rx.compile(g, rx.Config(), plan_memory=False, guard_bytes=64)
+    exe.run({"x": np.ones((1, 1, 2, 2), np.float32)})
+    assert exe.guard_violations() == []
+    (arena,) = exe._compile_for({"x": (1, 1, 2, 2)}).pool.idle()
+    y_end = exe.thunks[0].off("y") + 4 * 16          # the 16 outputs of a 4x4 plane
+    arena[y_end // 4] = 0.0
+    assert exe.guard_violations() == [(y_end, 64)]
+
+
+def test_explain_of_a_dynamic_graph_before_any_run():
+    """Dynamic spatial dims: binding them to 1 would fail on the 5x5 kernel; explain() shows
+    a representative plan, says so, and the plan of the last run once there is one."""
+    g = rx.Graph()
+    x = g.input("x", (None, 2, None, None))
+    g.output("y", g.conv(x, g.param("w", np.ones((3, 2, 5, 5), np.float32)), name="big_kernel"))
+    exe = rx.compile(g)
+    text = exe.explain()
+    assert text.startswith("representative plan") and "big_kernel" in text and "x [1, 2, 8, 8]" in text
+    exe.run({"x": np.ones((2, 2, 9, 11), np.float32)})
+    text = exe.explain()
+    assert text.startswith("plan of the last run") and "x [2, 2, 9, 11]" in text
+
+
+def test_explain_names_what_no_representative_size_fixes():
+    g = rx.Graph()
+    x = g.input("x", (None, 1, None, None))
+    g.output("y", g.conv(x, g.param("w", np.ones((1, 1, 2000, 1), np.float32)), name="too_tall"))
+    exe = rx.compile(g)
+    with pytest.raises(ValueError, match="representative.*too_tall"):
+        exe.explain()
+    assert exe.run({"x": np.ones((1, 1, 2000, 3), np.float32)})["y"].shape == (1, 1, 1, 3)
