@@ -4,24 +4,24 @@ from __future__ import annotations
 import numpy as np
 
 import rlxpy as rx
+from rlxpy.testing import case_arrays, one_node_graph, rand  # noqa: F401  (rand: re-exported)
 
 REFERENCE = rx.Config(fast_conv=False)
 
 
-def rand(rng, *shape, scale=1.0) -> np.ndarray:
-    return (rng.standard_normal(shape) * scale).astype(np.float32)
-
-
-def run_graph(build, inputs: dict, params: dict = None, config=REFERENCE, plan_memory=True):
-    """build(g, values) -> output Value; values holds the inputs (dynamic batch) and params.
-    Returns (output array, executable)."""
-    g = rx.Graph()
-    values = {name: g.input(name, (None,) + a.shape[1:]) for name, a in inputs.items()}
-    for name, a in (params or {}).items():
-        values[name] = g.param(name, a)
-    g.output("out", build(g, values))
-    exe = rx.compile(g, config, plan_memory=plan_memory)
+def run_graph(build, inputs: dict, params: dict = None, config=REFERENCE, plan_memory=True, device="cpu"):
+    """build(g, values) -> output Value (or a Case); values holds the inputs (dynamic batch)
+    and params. Returns (output array, executable)."""
+    g = one_node_graph(build, inputs, params)
+    exe = rx.compile(g, config, device=device, plan_memory=plan_memory)
     return exe.run(inputs)["out"], exe
+
+
+def run_case(case, config=REFERENCE, seed=0, device="cpu"):
+    """A case of rlxpy.testing's table as a one-node graph: (output, executable, inputs, params)."""
+    inputs, params = case_arrays(case, seed)
+    out, exe = run_graph(case, inputs, params, config, device=device)
+    return out, exe, inputs, params
 
 
 def assert_close(actual, expected, rtol, what=""):

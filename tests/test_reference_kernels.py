@@ -6,7 +6,8 @@ without torch."""
 import numpy as np
 import pytest
 
-from helpers import assert_close, pairs, rand, run_graph, torch_pad
+from helpers import assert_close, pairs, rand, run_case, run_graph, torch_pad
+from rlxpy.testing import cases
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -18,54 +19,20 @@ def t64(a):
     return torch.from_numpy(np.asarray(a, dtype=np.float64))
 
 
-# (N, C, spatial, K, kernel, stride, padding, dilation, groups, bias)
-CONV2D = [
-    (1, 1, (5, 5), 1, (3, 3), 1, 0, 1, 1, False),
-    (3, 4, (7, 9), 6, (3, 3), 1, 1, 1, 1, True),
-    (2, 6, (11, 8), 4, (3, 2), 2, ((1, 0), (2, 1)), 1, 2, True),
-    (2, 4, (9, 9), 4, (3, 3), 1, 2, 2, 4, False),            # depthwise, dilation 2
-    (1, 3, (10, 10), 5, (2, 2), 3, 0, 1, 1, True),            # stride > kernel
-    (2, 8, (6, 5), 8, (1, 1), 1, 0, 1, 1, True),              # 1x1 -> Conv2D1x1
-    (2, 8, (7, 7), 4, (1, 1), 2, 0, 1, 1, False),             # 1x1 stride 2 -> Conv2D
-    (1, 64, (5, 6), 3, (3, 3), 1, 1, 1, 1, True),             # many channels
-    (2, 2, (4, 4), 2, (5, 5), 1, 2, 1, 1, False),             # kernel wider than the input
-    (1, 6, (8, 8), 9, (3, 3), (2, 1), (1, 0), (1, 2), 3, True),
-]
-CONV1D = [
-    (2, 3, (17,), 5, (4,), 2, ((1, 2),), 2, 1, True),
-    (3, 4, (9,), 4, (3,), 1, 1, 1, 4, False),
-]
-CONV3D = [
-    (2, 4, (5, 6, 7), 6, (3, 2, 3), (1, 2, 1), ((1, 0), 1, (0, 2)), (1, 1, 2), 2, True),
-    (1, 1, (4, 4, 4), 2, (1, 1, 1), 1, 0, 1, 1, False),
-]
-
-
-def _conv_case(case, rng):
-    n, c, sp, k, ker, stride, padding, dilation, groups, bias = case
-    x = rand(rng, n, c, *sp)
-    w = rand(rng, k, c // groups, *ker)
-    b = rand(rng, k) if bias else None
-    return x, w, b, stride, padding, dilation, groups
-
-
-@pytest.mark.parametrize("case", CONV2D + CONV1D + CONV3D, ids=str)
+@pytest.mark.parametrize("case", cases("reference"), ids=lambda c: c.id)
 def test_conv_reference_matches_torch(case):
-    rng = np.random.default_rng(1)
-    x, w, b, stride, padding, dilation, groups = _conv_case(case, rng)
+    out, exe, inputs, params = run_case(case, seed=1)
+    x, w, b = inputs["x"], params["w"], params.get("b")
+    kw = case.kw
     nsp = x.ndim - 2
-    params = {"w": w} | ({"b": b} if b is not None else {})
-    method = "conv3d" if nsp == 3 else "conv"
-    out, exe = run_graph(lambda g, v: getattr(g, method)(v["x"], v["w"], bias=v.get("b"), stride=stride,
-                                                         padding=padding, dilation=dilation, groups=groups),
-                         {"x": x}, params)
     conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[nsp]
-    ref = conv(torch_pad(t64(x), pairs(padding, nsp)), t64(w), None if b is None else t64(b),
-               stride=stride, dilation=dilation, groups=groups)
-    assert_close(out, ref.numpy(), RTOL, str(case))
+    ref = conv(torch_pad(t64(x), pairs(kw["padding"], nsp)), t64(w), None if b is None else t64(b),
+               stride=kw["stride"], dilation=kw["dilation"], groups=kw["groups"])
+    assert_close(out, ref.numpy(), RTOL, case.id)
     rec = exe.thunks[0]
     assert rec.algo == "naive"
-    is_1x1 = nsp < 3 and all(s == 1 for s in w.shape[2:]) and stride == 1 and padding == 0 and groups == 1
+    is_1x1 = nsp < 3 and all(s == 1 for s in w.shape[2:]) and kw["stride"] == 1 and kw["padding"] == 0 \
+        and kw["groups"] == 1
     assert type(rec.record).__name__ == ("Conv3d" if nsp == 3 else "Conv2D1x1" if is_1x1 else "Conv2D")
 
 

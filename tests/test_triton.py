@@ -23,17 +23,15 @@ pytest.importorskip("triton")
 import rlxpy as rx  # noqa: E402
 from rlxpy.thunks import records as R  # noqa: E402
 
-from helpers import REFERENCE, assert_close, pairs, rand, torch_pad  # noqa: E402
+from helpers import REFERENCE, assert_close, pairs, rand, run_case, torch_pad  # noqa: E402
+from rlxpy.testing import cases, one_node_graph  # noqa: E402
 
 TOL = {"simple": 1e-4, "igemm": 5e-3 if ON_GPU else 1e-4}
 TOL["igemm_nchw"] = TOL["igemm"]
 
 
 def build_and_run(build, inputs, params, device, **run_kw):
-    g = rx.Graph()
-    vals = {k: g.input(k, (None,) + a.shape[1:]) for k, a in inputs.items()}
-    vals.update({k: g.param(k, a) for k, a in params.items()})
-    g.output("out", build(g, vals))
+    g = one_node_graph(build, inputs, params)
     exe = rx.compile(g, REFERENCE) if device == "cpu" else rx.compile(g, device="cuda")
     return exe.run(inputs, **run_kw)["out"], exe
 
@@ -44,41 +42,21 @@ def test_triton_import_rlxpy_loads_neither_torch_nor_triton():
     assert out.split() == ["False", "False"]
 
 
-# (N, C, spatial, K, kernel, stride, padding, dilation, groups, bias)
-CONVS = [
-    (2, 4, (7, 9), 6, (3, 3), 1, 1, 1, 1, True),
-    (1, 8, (5, 6), 12, (3, 3), 1, 1, 1, 1, False),
-    (1, 32, (5, 6), 8, (3, 3), 1, 1, 1, 1, True),             # channels per group a multiple of BLOCK_K
-    (1, 40, (4, 5), 6, (3, 3), 1, 1, 1, 1, False),            # more than BLOCK_K, not a multiple
-    (2, 6, (9, 8), 4, (3, 2), 2, ((1, 0), (2, 1)), 1, 2, True),
-    (1, 4, (9, 9), 4, (3, 3), 1, 2, 2, 4, False),             # depthwise, dilation 2
-    (2, 3, (8, 8), 5, (2, 2), 3, 0, 1, 1, True),              # stride > kernel
-    (1, 8, (5, 6), 10, (1, 1), 1, 0, 1, 1, True),             # 1x1 -> Conv2D1x1
-    (2, 3, (13,), 4, (4,), 2, ((1, 2),), 2, 1, True),         # 1-D
-]
+CONVS = cases("gpu")
 
 
 @pytest.mark.parametrize("algo", ["simple", "igemm"])
-@pytest.mark.parametrize("case", CONVS, ids=str)
+@pytest.mark.parametrize("case", CONVS, ids=lambda c: c.id)
 def test_triton_conv_forward_matches_cpu_reference(case, algo, monkeypatch):
     monkeypatch.setenv("RLX_TRITON_ALGO", algo)
-    n, c, sp, k, ker, stride, padding, dilation, groups, bias = case
-    rng = np.random.default_rng(40)
-    x = rand(rng, n, c, *sp)
-    params = {"w": rand(rng, k, c // groups, *ker)} | ({"b": rand(rng, k)} if bias else {})
-
-    def build(g, v):
-        return g.conv(v["x"], v["w"], bias=v.get("b"), stride=stride, padding=padding, dilation=dilation,
-                      groups=groups)
-
-    ref, _ = build_and_run(build, {"x": x}, params, "cpu")
-    out, exe = build_and_run(build, {"x": x}, params, "cuda")
+    ref, _, _, _ = run_case(case, REFERENCE, seed=40)
+    out, exe, _, _ = run_case(case, None, seed=40, device="cuda")
     assert exe.thunks[0].algo == algo      # the record says which kernel ran, and explain() shows it
     assert f" {algo} " in exe.explain()
-    assert_close(out, ref, TOL[algo], f"{algo} {case}")
+    assert_close(out, ref, TOL[algo], f"{algo} {case.id}")
 
 
-@pytest.mark.parametrize("case", [CONVS[i] for i in (1, 2, 3, 4)], ids=str)
+@pytest.mark.parametrize("case", [CONVS[i] for i in (1, 2, 3, 4)], ids=lambda c: c.id)
 def test_triton_igemm_reads_nchw_x_in_place(case, monkeypatch):
     """igemm_nchw: the implicit GEMM gathers x from NCHW instead of a channels-last copy."""
     test_triton_conv_forward_matches_cpu_reference(case, "igemm_nchw", monkeypatch)
@@ -259,19 +237,14 @@ def _torch_conv_exact(x, w, b, stride, padding, dilation, groups):
 
 @pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("algo", ["simple", "igemm"])
-@pytest.mark.parametrize("case", [c for c in CONVS if len(c[2]) == 2], ids=str)
+@pytest.mark.parametrize("case", [c for c in CONVS if len(c.inputs[0][1]) == 4], ids=lambda c: c.id)
 def test_triton_gpu_forward_kernels_against_torch_float64(case, algo, monkeypatch):
     monkeypatch.setenv("RLX_TRITON_ALGO", algo)
-    n, c, sp, k, ker, stride, padding, dilation, groups, bias = case
-    gen = torch.Generator().manual_seed(47)
-    x, w = torch.randn(n, c, *sp, generator=gen), torch.randn(k, c // groups, *ker, generator=gen)
-    b = torch.randn(k, generator=gen) if bias else None
-    g = rx.Graph()
-    g.output("y", g.conv(g.input("x", tuple(x.shape)), g.param("w", w.numpy()),
-                         bias=None if b is None else g.param("b", b.numpy()), stride=stride, padding=padding,
-                         dilation=dilation, groups=groups))
-    out = rx.compile(g, device="cuda").run({"x": x.numpy()})["y"]
-    assert_close(out, _torch_conv_exact(x, w, b, stride, padding, dilation, groups).numpy(), TOL[algo])
+    out, _, inputs, params = run_case(case, None, seed=47, device="cuda")
+    kw = case.kw
+    t = {k: torch.from_numpy(a) for k, a in {**inputs, **params}.items()}
+    exact = _torch_conv_exact(t["x"], t["w"], t.get("b"), kw["stride"], kw["padding"], kw["dilation"], kw["groups"])
+    assert_close(out, exact.numpy(), TOL[algo])
 
 
 @pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU")
