@@ -23,103 +23,35 @@ import time
 import numpy as np
 
 import rlxpy as rx
-from rlxpy.thunks import algos
+from rlxpy.cpu_kernels import choose
+from rlxpy.testing import Case, case_arrays, cases, one_node_graph
+from rlxpy.thunks.explain import flops
 
-# (name, kind, N, C_in, H, W, C_out, k, stride, pad, groups)
-CASES = [
-    ("ResNet-18 stem", "conv", 1, 3, 224, 224, 64, 7, 2, 3, 1),
-    ("3x3 64@56", "conv", 1, 64, 56, 56, 64, 3, 1, 1, 1),
-    ("3x3 s2 64->128", "conv", 1, 64, 56, 56, 128, 3, 2, 1, 1),
-    ("3x3 128@28", "conv", 1, 128, 28, 28, 128, 3, 1, 1, 1),
-    ("3x3 256@14", "conv", 1, 256, 14, 14, 256, 3, 1, 1, 1),
-    ("3x3 512@7", "conv", 1, 512, 7, 7, 512, 3, 1, 1, 1),
-    ("1x1 s2 downsample", "conv", 1, 64, 56, 56, 128, 1, 2, 0, 1),
-    ("3x3 64@56 batch 8", "conv", 8, 64, 56, 56, 64, 3, 1, 1, 1),
-    ("depthwise 3x3", "conv", 1, 144, 56, 56, 144, 3, 1, 1, 144),
-    ("pointwise 1x1", "conv", 1, 144, 56, 56, 24, 1, 1, 0, 1),
-    ("MNIST conv1", "conv", 64, 1, 28, 28, 32, 3, 1, 0, 1),
-    ("MNIST conv2", "conv", 64, 32, 26, 26, 64, 3, 1, 0, 1),
-    ("ConvTranspose 4x4 s2", "convT", 8, 256, 16, 16, 128, 4, 2, 1, 1),
-    ("Conv3d 3x3x3", "conv3d", 1, 16, 16, 16, 32, 3, 1, 1, 1),
-    ("MaxPool 3x3 s2", "maxpool", 1, 64, 112, 112, 64, 3, 2, 1, 1),
-    ("backward input 3x3", "bwd_input", 8, 64, 56, 56, 64, 3, 1, 1, 1),
-    ("backward weight 3x3", "bwd_weight", 8, 64, 56, 56, 64, 3, 1, 1, 1),
-]
+CASES = cases("bench")   # rlxpy/testing.py: the table the tests draw from too
 
 
-def conv_out(h, k, s, p):
-    return (h + 2 * p - k) // s + 1
-
-
-def case_arrays(case, rng):
-    name, kind, n, c, h, w, k, ks, s, p, g = case
-    f = lambda *shape: (rng.standard_normal(shape) * 0.1).astype(np.float32)  # noqa: E731
-    if kind == "conv":
-        return {"x": f(n, c, h, w)}, {"w": f(k, c // g, ks, ks)}
-    if kind == "convT":
-        return {"x": f(n, c, h, w)}, {"w": f(c, k // g, ks, ks)}
-    if kind == "conv3d":
-        return {"x": f(n, c, h, h, h)}, {"w": f(k, c, ks, ks, ks)}
-    if kind == "maxpool":
-        return {"x": f(n, c, h, w)}, {}
-    oh = conv_out(h, ks, s, p)
-    if kind == "bwd_input":
-        return {"dy": f(n, k, oh, oh)}, {"w": f(k, c, ks, ks)}
-    return {"x": f(n, c, h, w), "dy": f(n, k, oh, oh)}, {}
-
-
-def flops(case):
-    name, kind, n, c, h, w, k, ks, s, p, g = case
-    if kind == "maxpool":
-        return n * c * conv_out(h, ks, s, p) ** 2 * ks * ks
-    if kind == "convT":
-        return 2 * n * c * h * w * (k // g) * ks * ks
-    if kind == "conv3d":
-        return 2 * n * k * conv_out(h, ks, s, p) ** 3 * c * ks ** 3
-    return 2 * n * k * conv_out(h, ks, s, p) * conv_out(w, ks, s, p) * (c // g) * ks * ks
-
-
-def rlx_build(case):
-    name, kind, n, c, h, w, k, ks, s, p, g = case
-
-    def build(gr, v):
-        if kind == "conv":
-            return gr.conv(v["x"], v["w"], stride=s, padding=p, groups=g)
-        if kind == "convT":
-            return gr.conv_transpose2d(v["x"], v["w"], stride=s, padding=p)
-        if kind == "conv3d":
-            return gr.conv3d(v["x"], v["w"], stride=s, padding=p)
-        if kind == "maxpool":
-            return gr.pool(v["x"], "max", ks, stride=s, padding=p)
-        if kind == "bwd_input":
-            return gr.conv2d_backward_input(v["dy"], v["w"], (None, c, h, w), stride=s, padding=p)
-        return gr.conv2d_backward_weight(v["x"], v["dy"], ks, stride=s, padding=p)
-    return build
-
-
-def rlx_runner(case, inputs, params, config):
-    g = rx.Graph()
-    vals = {nm: g.input(nm, a.shape) for nm, a in inputs.items()}
-    vals.update({nm: g.param(nm, a) for nm, a in params.items()})
-    g.output("y", rlx_build(case)(g, vals))
-    exe = rx.compile(g, config)
+def rlx_runner(case: Case, inputs, params, config):
+    exe = rx.compile(one_node_graph(case, inputs, params, dynamic_batch=False, output="y"), config)
     return (lambda: exe.run(inputs)["y"]), exe
 
 
-def torch_runner(case, inputs, params):
+def torch_runner(case: Case, inputs, params):
     import torch
     F = torch.nn.functional
-    name, kind, n, c, h, w, k, ks, s, p, g = case
+    kw = case.kw
     t = {nm: torch.from_numpy(a) for nm, a in {**inputs, **params}.items()}
+    geo = {k: kw[k] for k in ("stride", "padding") if k in kw}
     fns = {
-        "conv": lambda: F.conv2d(t["x"], t["w"], stride=s, padding=p, groups=g),
-        "convT": lambda: F.conv_transpose2d(t["x"], t["w"], stride=s, padding=p),
-        "conv3d": lambda: F.conv3d(t["x"], t["w"], stride=s, padding=p),
-        "maxpool": lambda: F.max_pool2d(t["x"], ks, s, p),
-        "bwd_input": lambda: torch.nn.grad.conv2d_input((n, c, h, w), t["w"], t["dy"], stride=s, padding=p),
-        "bwd_weight": lambda: torch.nn.grad.conv2d_weight(t["x"], (k, c, ks, ks), t["dy"], stride=s, padding=p),
+        "conv": lambda: F.conv2d(t["x"], t["w"], groups=kw["groups"], **geo),
+        "conv_transpose2d": lambda: F.conv_transpose2d(t["x"], t["w"], **geo),
+        "conv3d": lambda: F.conv3d(t["x"], t["w"], **geo),
+        "pool": lambda: F.max_pool2d(t["x"], kw["kernel_size"], kw["stride"], kw["padding"]),
+        "conv2d_backward_input": lambda: torch.nn.grad.conv2d_input(
+            (t["dy"].shape[0],) + tuple(kw["input_shape"][1:]), t["w"], t["dy"], **geo),
+        "conv2d_backward_weight": lambda: torch.nn.grad.conv2d_weight(
+            t["x"], (t["dy"].shape[1], t["x"].shape[1]) + tuple(kw["kernel_size"]), t["dy"], **geo),
     }
-    fn = fns[kind]
+    fn = fns[case.op]
 
     def run():
         with torch.no_grad():
@@ -127,19 +59,19 @@ def torch_runner(case, inputs, params):
     return run
 
 
-def ort_runner(case, inputs, params, threads):
+def ort_runner(case: Case, inputs, params, threads):
     """onnxruntime for the forward cases (Conv, ConvTranspose, MaxPool); None otherwise."""
-    name, kind, n, c, h, w, k, ks, s, p, g = case
-    if kind not in ("conv", "convT", "conv3d", "maxpool"):
+    op = {"conv": "Conv", "conv_transpose2d": "ConvTranspose", "conv3d": "Conv", "pool": "MaxPool"}.get(case.op)
+    if op is None:
         return None
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
-    x = inputs["x"]
+    kw, x = case.kw, inputs["x"]
     nsp = x.ndim - 2
-    attrs = dict(kernel_shape=[ks] * nsp, strides=[s] * nsp, pads=[p] * (2 * nsp))
-    if kind == "conv":
-        attrs["group"] = g
-    op = {"conv": "Conv", "convT": "ConvTranspose", "conv3d": "Conv", "maxpool": "MaxPool"}[kind]
+    ks = params["w"].shape[2:] if params else (kw["kernel_size"],) * nsp
+    attrs = dict(kernel_shape=list(ks), strides=[kw["stride"]] * nsp, pads=[kw["padding"]] * (2 * nsp))
+    if case.op == "conv":
+        attrs["group"] = kw["groups"]
     node = helper.make_node(op, ["x"] + (["w"] if params else []), ["y"], **attrs)
     graph = helper.make_graph([node], "case", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
@@ -212,23 +144,19 @@ def main(argv=None):
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     rows = []
-    rng = np.random.default_rng(0)
     for case in CASES:
-        if args.only and args.only not in case[0]:
+        if args.only and args.only not in case.id:
             continue
         runners = exes = None
         gc.collect()            # the previous case's arenas and sessions go before this one is timed
-        inputs, params = case_arrays(case, rng)
+        inputs, params = case_arrays(case, seed=0, scale=0.1)
         runners, exes = {}, {}
         runners["rlx"], exes["rlx"] = rlx_runner(case, inputs, params, base)
-        g = dict(x_shape=(1, case[3], 3, 3), y_shape=(1, case[6], 3, 3), kernel=(case[7], case[7]),
-                 stride=(case[8], case[8]), dilation=(1, 1), groups=case[10])
-        if case[1] == "conv" and algos.winograd_reason(g) is None:
-            runners["wino"], exes["wino"] = rlx_runner(case, inputs, params,
-                                                       rx.Config(winograd=True, num_threads=base.num_threads))
-        if case[1] == "conv" and algos.direct_reason(g) is None and case[7] > 1:
-            runners["direct"], exes["direct"] = rlx_runner(case, inputs, params,
-                                                           rx.Config(direct_conv=True, num_threads=base.num_threads))
+        rec = exes["rlx"].thunks[0].record
+        if case.op == "conv" and choose.winograd_reason(rec.geometry) is None:
+            runners["wino"], exes["wino"] = rlx_runner(case, inputs, params, base.replace(winograd=True))
+        if case.op == "conv" and choose.direct_reason(rec.geometry) is None and rec.geometry.taps > 1:
+            runners["direct"], exes["direct"] = rlx_runner(case, inputs, params, base.replace(direct_conv=True))
         runners["torch"] = torch_runner(case, inputs, params)
         o = ort_runner(case, inputs, params, threads)
         if o is not None:
@@ -238,17 +166,17 @@ def main(argv=None):
             for k in runners:
                 out = runners[k]()
                 err = float(np.abs(out - ref).max() / max(1.0, np.abs(ref).max()))
-                assert err < 2e-3, (case[0], k, err)
+                assert err < 2e-3, (case.id, k, err)
         ms = time_blocks(runners, args.reps)
         best = min(ms[k] for k in ("rlx", "wino", "direct") if k in ms)
-        gf = flops(case) / ms["rlx"] / 1e6
-        row = dict(case=case[0], ms=ms, best=best, gf=gf, torch_ratio=ms["torch"] / ms["rlx"],
+        gf = flops(rec) / ms["rlx"] / 1e6
+        row = dict(case=case.id, ms=ms, best=best, gf=gf, torch_ratio=ms["torch"] / ms["rlx"],
                    ort_ratio=(ms["ort"] / ms["rlx"]) if "ort" in ms else None,
                    best_ratio=ms["torch"] / best, algo=exes["rlx"].thunks[0].algo)
         rows.append(row)
         cell = lambda k: f"{ms[k]:.3f}" if k in ms else "-"  # noqa: E731
         ort = f"{row['ort_ratio']:.2f}" if row["ort_ratio"] is not None else "-"
-        cells = [case[0], cell("rlx"), cell("wino"), cell("direct"), cell("torch"), cell("ort"), f"{gf:.1f}",
+        cells = [case.id, cell("rlx"), cell("wino"), cell("direct"), cell("torch"), cell("ort"), f"{gf:.1f}",
                  f"{100 * gf / peak:.0f}%", f"{row['torch_ratio']:.2f}", ort, f"{row['best_ratio']:.2f}", row["algo"]]
         print("| " + " | ".join(cells) + " |")
         sys.stdout.flush()

@@ -42,7 +42,7 @@ def main(argv):
     x5 = x[:1].reshape(1, c, 1, h, w)
     flops = 2 * n * k * cols_n * ck
     print(f"conv N={n} C={c} H=W={h} K={k} k={ks} s={s} p={p}: {flops / 1e6:.0f} MFLOP, threads {threads}")
-    print(exe.explain().splitlines()[1])
+    print(exe.explain().splitlines()[2])
     fill = median_ms(lambda: im2col.fill_columns(x5, 0, 0, c, 0, oh, cols, 1, ks, ks, 1, s, s, 0, p, p, 1, 1, 1,
                                                  oh, oh))
     print(f"  im2col fill, one image, 1 thread:       {fill:7.3f} ms")
@@ -51,7 +51,7 @@ def main(argv):
     print(f"  one whole-image GEMM, BLAS 1 thread:    {ms:7.3f} ms  ({2 * k * cols_n * ck / ms / 1e6:.0f} GFLOP/s)")
     rec = exe.thunks[0]
     run = median_ms(lambda: exe.run({"x": x}))
-    print(f"  exe.run, {rec.algo} (tile {rec.tile} rows, {rec.k_blocks} k-blocks): {run:7.3f} ms "
+    print(f"  exe.run, {rec.algo} (tile {rec.tiling.tile} rows, {rec.tiling.k_blocks} k-blocks): {run:7.3f} ms "
           f"({flops / run / 1e6:.0f} GFLOP/s)")
     if wexe.thunks[0].algo == "winograd":
         wrec = wexe.thunks[0]
@@ -59,10 +59,11 @@ def main(argv):
         conv2d.winograd_filter_transform(wt, u)
         scratch = np.empty(wrec.scratch_bytes // 4, np.float32)
         yy = np.empty((n, k, oh, oh), np.float32)
-        kern = median_ms(lambda: conv2d.conv2d_winograd(x, u, np.zeros(0, np.float32), yy, p, p, scratch,
-                                                        wrec.tile, wrec.k_blocks))
+        slot = wrec.scratch_bytes // 4 // threads
+        kern = median_ms(lambda: conv2d.conv2d_winograd(x, u, np.zeros(0, np.float32), yy, p, p, scratch, slot,
+                                                        wrec.tiling.tile, wrec.tiling.k_blocks))
         wrun = median_ms(lambda: wexe.run({"x": x}))
-        print(f"  winograd kernel alone (block {wrec.tile}):    {kern:7.3f} ms; exe.run {wrun:7.3f} ms")
+        print(f"  winograd kernel alone (block {wrec.tiling.tile}):    {kern:7.3f} ms; exe.run {wrun:7.3f} ms")
 
 
 if __name__ == "__main__":

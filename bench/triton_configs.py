@@ -2,7 +2,7 @@
 
     python bench/triton_configs.py [--batch 32] [--only NAME]
 
-For choosing IGEMM_CONFIGS and the x layout: prints, per forward case of triton_suite, the
+For choosing IGEMM_CONFIGS and the x layout (igemm vs igemm_nchw): prints, per forward case of triton_suite, the
 time of the channels-last copy of x and of conv2d_igemm under each config with x read
 channels-last (copy not included) or, with --nchw, NCHW in place, against cuDNN (TF32) on the same data.
 """
@@ -16,7 +16,7 @@ import triton.testing
 import rlxpy as rx
 from rlxpy.triton import dispatch as D
 from rlxpy.triton import kernels as K
-from triton_suite import CASES, arena_with_inputs
+from triton_suite import CASES, arena_with_inputs, conv_of
 
 do_bench = functools.partial(triton.testing.do_bench, return_mode="median")
 CONFIGS = [(128, 64, 32, 4, 4), (128, 128, 32, 8, 3), (64, 64, 32, 4, 4), (128, 64, 64, 4, 3),
@@ -30,39 +30,43 @@ def main():
     ap.add_argument("--nchw", action="store_true", help="also time each config reading NCHW x in place")
     args = ap.parse_args()
     torch.backends.cudnn.allow_tf32 = True
-    for name, c, h, k, ks, s, p in [cs for cs in CASES if any(o in cs[0] for o in args.only.split(","))]:
+    for case in [cs for cs in CASES if any(o in cs.id for o in args.only.split(","))]:
+        name, (c, h, k, ks, s, p) = case.id, conv_of(case)
         n = args.batch
         x = torch.randn(n, c, h, h, device="cuda")
         w = torch.randn(k, c, ks, ks, device="cuda") / (c * ks * ks) ** 0.5
         g = rx.Graph()
         g.output("y", g.conv(g.input("x", tuple(x.shape)), g.param("w", w.cpu().numpy()), stride=s, padding=p))
         exe = rx.compile(g, device="cuda")
-        _, calls, arena = arena_with_inputs(exe, {"x": x})
-        rec = calls[0][1]
-        oh, ow = rec.y_shape[2:]
+        compiled, arena = arena_with_inputs(exe, {"x": x})
+        calls = compiled.calls
+        th = calls[0][1]
+        geo = th.record.geometry
+        oh, ow = geo.y_shape[2:]
+        xt = D._scratch(th, arena, (n, h, h, c))
         torch_ms = do_bench(lambda: torch.nn.functional.conv2d(x, w, stride=s, padding=p))
-        copy_ms = do_bench(lambda: D._channels_last(arena, rec.x_off, n, c, h, h))
+        copy_ms = do_bench(lambda: D._channels_last(arena, th.off("x"), xt, n, c, h, h))
         torch_copy_ms = do_bench(lambda: x.permute(0, 2, 3, 1).contiguous())
         print(f"## {name} N={n}: cuDNN {torch_ms * 1e3:.1f} us, channels-last copy {copy_ms * 1e3:.1f} us "
               f"(torch permute().contiguous() {torch_copy_ms * 1e3:.1f} us)", flush=True)
-        whole = do_bench(lambda: calls[0][0](rec, arena))
+        whole = do_bench(lambda: calls[0][0](th, arena))
         print(f"  autotuned launcher, copy included: {whole * 1e3:.1f} us, "
               f"tuned: {list(K.conv2d_igemm_tuned.cache.values())[-1]}", flush=True)
-        xt = D._channels_last(arena, rec.x_off, n, c, h, h)
-        wk = D._weights_k(rec, arena)
-        y = D.at(arena, rec.y_off)
-        alone = do_bench(lambda: D._launch_igemm(xt, wk, y, y, n, c, h, h, k, oh, ow, False, D._geometry(rec)))
+        D._channels_last(arena, th.off("x"), xt, n, c, h, h)
+        wk = D._k_major(th, arena)
+        y = D.at(arena, th.off("y"))
+        alone = do_bench(lambda: D._launch_igemm(xt, wk, y, y, n, c, h, h, k, oh, ow, False, D._geometry(geo)))
         print(f"  autotuned kernel alone: {alone * 1e3:.1f} us", flush=True)
         for bm, bn, bk, nw, ns in CONFIGS:
             row = []
             for nhwc in (True,) + ((False,) if args.nchw else ()):
                 grid = (triton.cdiv(n * oh * ow, bm), triton.cdiv(k, bn), 1)
-                src = xt if nhwc else D.at(arena, rec.x_off)
+                src = xt if nhwc else D.at(arena, th.off("x"))
 
                 def launch():
                     K.conv2d_igemm[grid](src, wk, y, y, n, c, h, h, k, oh, ow, HAS_BIAS=False, X_NHWC=nhwc,
                                          BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=nw, num_stages=ns,
-                                         **D._geometry(rec))
+                                         **D._geometry(geo))
                 try:
                     row.append(f"{do_bench(launch) * 1e3:7.1f}")
                 except Exception as e:   # a config over the shared-memory limit

@@ -19,6 +19,7 @@ import torch
 import triton.testing
 
 import rlxpy as rx
+from rlxpy.testing import cases
 
 # medians of the timed repeats (do_bench's default is the mean)
 do_bench = functools.partial(triton.testing.do_bench, return_mode="median")
@@ -34,33 +35,36 @@ def timed(fn, **kw):
 
 
 F = torch.nn.functional
-CASES = [  # name, C_in, H, C_out, k, stride, pad
-    ("ResNet-18 stem", 3, 224, 64, 7, 2, 3),
-    ("3x3 64@56", 64, 56, 64, 3, 1, 1),
-    ("3x3 s2 64->128", 64, 56, 128, 3, 2, 1),
-    ("3x3 128@28", 128, 28, 128, 3, 1, 1),
-    ("3x3 256@14", 256, 14, 256, 3, 1, 1),
-    ("3x3 512@7", 512, 7, 512, 3, 1, 1),
-    ("1x1 s2 downsample", 64, 56, 128, 1, 2, 0),
-    ("pointwise 1x1", 144, 56, 24, 1, 1, 0),
-]
+# the forward cases of the shared table that this suite times, at every --batches size
+GPU_LABELS = ("ResNet-18 stem", "3x3 64@56", "3x3 s2 64->128", "3x3 128@28", "3x3 256@14", "3x3 512@7",
+              "1x1 s2 downsample", "pointwise 1x1")
+CASES = [c for c in cases("bench") if c.label in GPU_LABELS]
+
+
+def conv_of(case):
+    """(C_in, H, C_out, k, stride, pad) of a square 2-D conv case."""
+    (_, x), (_, w) = case.inputs[0], case.params[0]
+    return x[1], x[2], w[0], w[2], case.kw["stride"], case.kw["padding"]
 
 
 def arena_with_inputs(exe, inputs):
-    """(plan, its (launcher, record) calls, an arena of it holding the inputs)."""
-    plan, calls = exe._plan_for(exe.check_inputs(inputs))
-    arena = exe._acquire(plan)
-    for name, (off, shape) in plan.inputs.items():
-        exe._view(arena, off, shape).copy_(inputs[name])
-    return plan, calls, arena
+    """(compiled plan with its (launcher, thunk) calls, an arena of it holding the inputs)."""
+    compiled = exe._compile_for(exe.check_inputs(inputs))
+    arena = compiled.pool.acquire()
+    for name, (off, _) in compiled.plan.inputs.items():
+        exe.backend.write(arena, off, inputs[name])
+    return compiled, arena
 
 
 def kernel_of(exe, inputs):
     """The first thunk's launcher and an arena holding the inputs: times the kernel alone."""
-    plan, calls, arena = arena_with_inputs(exe, inputs)
-    fn, rec = calls[0]
-    out_off, out_shape = next(iter(plan.outputs.values()))
-    return (lambda: fn(rec, arena)), (lambda: exe._view(arena, out_off, out_shape)), rec
+    compiled, arena = arena_with_inputs(exe, inputs)
+    fn, th = compiled.calls[0]
+    out_off, out_shape = next(iter(compiled.plan.outputs.values()))
+    return (lambda: fn(th, arena)), (lambda: exe.backend.view(arena, out_off, out_shape)), th
+
+
+IGEMM = "igemm"     # the forward implicit GEMM's algo (--nchw: igemm_nchw)
 
 
 def rel_err(a, exact):
@@ -78,7 +82,7 @@ def bench_forward(name, n, c, h, k, ks, s, p, with_simple):
     rows = []
     torch_ms = timed(lambda: F.conv2d(x, w, stride=s, padding=p))
     torch_err = rel_err(F.conv2d(x, w, stride=s, padding=p), exact)
-    for algo in (["igemm", "simple"] if with_simple else ["igemm"]):
+    for algo in ([IGEMM, "simple"] if with_simple else [IGEMM]):
         os.environ["RLX_TRITON_ALGO"] = algo
         exe = rx.compile(g, device="cuda")
         launch, out, rec = kernel_of(exe, {"x": x})
@@ -133,9 +137,8 @@ def main():
     ap.add_argument("--only", default="", help="forward cases whose name contains this")
     ap.add_argument("--nchw", action="store_true", help="implicit GEMM reads NCHW x in place (no channels-last copy)")
     args = ap.parse_args()
-    if args.nchw:
-        from rlxpy.triton import dispatch
-        dispatch.IGEMM_X_NHWC = False
+    global IGEMM
+    IGEMM = "igemm_nchw" if args.nchw else "igemm"
     torch.backends.cudnn.allow_tf32 = True
     torch.backends.cuda.matmul.allow_tf32 = True
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
@@ -144,8 +147,8 @@ def main():
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for n in [int(b) for b in args.batches.split(",")]:
         rows = []
-        for case in [c for c in CASES if args.only in c[0]]:
-            rows += bench_forward(case[0], n, *case[1:], with_simple=args.simple and n == 1)
+        for case in [c for c in CASES if args.only in c.id]:
+            rows += bench_forward(case.id, n, *conv_of(case), with_simple=args.simple and n == 1)
         if not args.no_backward:
             rows += bench_backward(n, args.simple and n == 1)
         for name, algo, (ms, ms_l), (tms, tms_l), flops, err, terr in rows:
