@@ -7,7 +7,7 @@ import numpy as np
 
 from ..config import Config
 from ..thunks import arena as A
-from ..thunks.backend import ChoiceContext, Kernel
+from ..thunks.backend import ChoiceContext, Kernel, table_kernel, table_prepare
 from ..thunks.records import Choice, Record, Thunk
 from . import choose as _choose
 from . import dispatch
@@ -26,16 +26,10 @@ class CpuBackend:
         return _choose.choose(record, ctx)
 
     def kernel(self, thunk: Thunk) -> Kernel:
-        try:
-            return dispatch.EXEC[(type(thunk.record), thunk.algo)]
-        except KeyError:
-            raise NotImplementedError(f"{thunk.node}: no CPU kernel for {type(thunk.record).__name__} with algo "
-                                      f"{thunk.algo!r}") from None
+        return table_kernel(dispatch.EXEC, thunk, "CPU")
 
     def prepare(self, thunk: Thunk) -> Optional[Kernel]:
-        # prepare steps are registered only for record types that have weight_const
-        fn = dispatch.PREPARE.get((type(thunk.record), thunk.algo))
-        return fn if fn is not None and thunk.record.weight_const else None
+        return table_prepare(dispatch.PREPARE, thunk)
 
     def new_arena(self, nbytes: int) -> np.ndarray:
         arena = A.new_arena(nbytes)

@@ -57,3 +57,19 @@ class Backend(Protocol):
 
     def view(self, arena: Any, off: int, shape: Tuple[int, ...]) -> Any:
         """The tensor at byte offset off, in place (no copy)."""
+
+
+def table_kernel(table, thunk: Thunk, device: str) -> Kernel:
+    """A backend's kernel for a thunk from its (record type, algo) table."""
+    try:
+        return table[(type(thunk.record), thunk.algo)]
+    except KeyError:
+        raise NotImplementedError(f"{thunk.node}: no {device} kernel for {type(thunk.record).__name__} with algo "
+                                  f"{thunk.algo!r}") from None
+
+
+def table_prepare(table, thunk: Thunk) -> Optional[Kernel]:
+    """A backend's prepare step from its table: only for a weight that is a param (prepare
+    steps are registered only for record types that have weight_const)."""
+    fn = table.get((type(thunk.record), thunk.algo))
+    return fn if fn is not None and thunk.record.weight_const else None

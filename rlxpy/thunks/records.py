@@ -34,7 +34,8 @@ class Record:
 
 
 @dataclass(frozen=True, slots=True)
-class Conv2D(Record):
+class ConvRecord(Record):
+    """A forward conv-family record: x, w, optional b -> y."""
     INPUTS: ClassVar = ("x", "w", "b")
     OUTPUTS: ClassVar = ("y",)
     geometry: ConvGeometry
@@ -42,6 +43,10 @@ class Conv2D(Record):
     w: int
     b: int
     y: int
+
+
+@dataclass(frozen=True, slots=True)
+class Conv2D(ConvRecord):
     weight_const: bool   # the weight is a param: data derived from it is computed once per arena
 
 
@@ -51,26 +56,13 @@ class Conv2D1x1(Conv2D):
 
 
 @dataclass(frozen=True, slots=True)
-class Conv3d(Record):
-    INPUTS: ClassVar = ("x", "w", "b")
-    OUTPUTS: ClassVar = ("y",)
-    geometry: ConvGeometry
-    x: int
-    w: int
-    b: int
-    y: int
+class Conv3d(ConvRecord):
+    pass
 
 
 @dataclass(frozen=True, slots=True)
-class ConvTranspose2d(Record):
+class ConvTranspose2d(ConvRecord):
     """Weight [C_in, C_out/groups, kh, kw]; y_shape already includes output_padding."""
-    INPUTS: ClassVar = ("x", "w", "b")
-    OUTPUTS: ClassVar = ("y",)
-    geometry: ConvGeometry
-    x: int
-    w: int
-    b: int
-    y: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ import torch
 
 from ..config import Config
 from ..thunks import records as R
-from ..thunks.backend import ChoiceContext, Kernel
+from ..thunks.backend import ChoiceContext, Kernel, table_kernel, table_prepare
 from ..thunks.records import Choice, Record, Thunk
 from . import dispatch as D
 
@@ -72,16 +72,10 @@ class TritonBackend:
         return Choice("simple", "Triton kernel")
 
     def kernel(self, thunk: Thunk) -> Kernel:
-        try:
-            return D.EXEC[(type(thunk.record), thunk.algo)]
-        except KeyError:
-            raise NotImplementedError(f"{thunk.node}: no GPU kernel for {type(thunk.record).__name__} / "
-                                      f"{thunk.algo}") from None
+        return table_kernel(D.EXEC, thunk, "GPU")
 
     def prepare(self, thunk: Thunk) -> Optional[Kernel]:
-        # prepare steps are registered only for record types that have weight_const
-        fn = D.PREPARE.get((type(thunk.record), thunk.algo))
-        return fn if fn is not None and thunk.record.weight_const else None
+        return table_prepare(D.PREPARE, thunk)
 
     # -- the arena: one float32 tensor ------------------------------------------------
     def new_arena(self, nbytes: int):
