@@ -50,6 +50,14 @@ def choice_parser(*accepted: str) -> Callable[[str, str], str]:
 
 
 TRITON_ALGOS = ("auto", "simple", "igemm", "igemm_nchw")
+SIMD_WIDTHS = (16, 8, 1)
+
+
+def parse_simd_width(name: str, raw: str) -> int:
+    v = raw.strip()
+    if v not in tuple(str(w) for w in SIMD_WIDTHS):
+        raise _refuse(name, raw, ", ".join(str(w) for w in SIMD_WIDTHS))
+    return int(v)
 
 
 @dataclass(frozen=True)
@@ -69,6 +77,8 @@ FLAGS: Tuple[Flag, ...] = (
          "the direct kernel for stride-1, dilation-1 convs"),
     Flag("RLX_NUM_THREADS", "num_threads", parse_positive_int,
          "threads of the CPU kernels' pool (default: every core numba sees)"),
+    Flag("RLX_SIMD_WIDTH", "simd_width", parse_simd_width,
+         "float32 lanes of the CPU vector kernels: 16 (AVX-512F), 8 (AVX2+FMA) or 1; default: the host's widest"),
     Flag("RLX_TRITON_ALGO", "triton_algo", choice_parser(*TRITON_ALGOS),
          "GPU conv kernel family: auto, simple, igemm (channels-last x) or igemm_nchw (x read in place)"),
     Flag("RLX_CUDA_GRAPH", "cuda_graph", parse_bool,
@@ -82,12 +92,15 @@ class Config:
     winograd: bool = False               # RLX_WINOGRAD
     direct_conv: bool = False            # RLX_DIRECT_CONV
     num_threads: Optional[int] = None    # RLX_NUM_THREADS; None: every core numba sees
+    simd_width: Optional[int] = None     # RLX_SIMD_WIDTH; None: the host's widest (checked by the CPU backend)
     triton_algo: str = "auto"            # RLX_TRITON_ALGO
     cuda_graph: bool = True              # RLX_CUDA_GRAPH
 
     def __post_init__(self):
         if self.triton_algo not in TRITON_ALGOS:
             raise ValueError(f"Config.triton_algo={self.triton_algo!r}; accepted: {', '.join(TRITON_ALGOS)}")
+        if self.simd_width is not None and self.simd_width not in SIMD_WIDTHS:
+            raise ValueError(f"Config.simd_width={self.simd_width!r}; accepted: None, 16, 8, 1")
         if self.num_threads is not None and (not isinstance(self.num_threads, int) or self.num_threads < 1):
             raise ValueError(f"Config.num_threads={self.num_threads!r}; accepted: None or a positive integer")
 

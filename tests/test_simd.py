@@ -1,0 +1,99 @@
+"""The explicit-vector layer (rlxpy/cpu_kernels/simd.py) at every width the host can run:
+results against numpy, tails that touch only their lanes, PyTorch's NaN rule for max/min,
+the instructions LLVM emits, and RLX_SIMD_WIDTH."""
+import numba
+import numpy as np
+import pytest
+
+import rlxpy as rx
+from rlxpy.cpu_kernels import simd
+from rlxpy.cpu_kernels.simd import (vadd, vfma, vhsum, vlane, vload, vload_tail, vmax, vmin, vmul, vsplat,
+                                    vstore, vstore_tail, vzero)
+
+WIDTHS = [pytest.param(w, marks=pytest.mark.skipif(w not in simd.host_widths(), reason=f"CPU can't run {w} lanes"))
+          for w in (16, 8, 1)]
+
+
+@numba.njit
+def axpy(a, x, y, W):
+    """y = a*x + y with a vector loop and a masked tail."""
+    W = numba.literally(W)
+    n = x.size
+    av = vsplat(a, W)
+    i = 0
+    while i + W <= n:
+        vstore(y, i, vfma(av, vload(x, i, W), vload(y, i, W)))
+        i += W
+    if i < n:
+        vstore_tail(y, i, vfma(av, vload_tail(x, i, n - i, W), vload_tail(y, i, n - i, W)), n - i)
+
+
+@numba.njit
+def lanewise(x, y, out, W):
+    """out rows: max, min, x*y + x, and the sums of the lanes of x (row 4, lane 0)."""
+    W = numba.literally(W)
+    a, b = vload(x, 0, W), vload(y, 0, W)
+    vstore(out, 0, vmax(a, b))
+    vstore(out, W, vmin(a, b))
+    vstore(out, 2 * W, vadd(vmul(a, b), a))
+    vstore(out, 3 * W, vadd(vzero(W), vsplat(vhsum(a), W)))
+    return vlane(a, W - 1)
+
+
+@pytest.mark.parametrize("W", WIDTHS)
+@pytest.mark.parametrize("n", [0, 1, 3, 7, 8, 15, 16, 17, 33, 50])
+def test_axpy_with_tails_matches_numpy(W, n):
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal(n + 8).astype(np.float32)
+    y = rng.standard_normal(n + 8).astype(np.float32)
+    guard = y[n:].copy()
+    expected = (np.float64(1.5) * x[:n] + y[:n]).astype(np.float32)   # exact product, one rounding
+    axpy(np.float32(1.5), x[:n], y[:n], W)
+    np.testing.assert_array_max_ulp(y[:n], expected, maxulp=1)
+    assert np.array_equal(y[n:], guard)      # the tail store wrote only its n lanes
+
+
+@pytest.mark.parametrize("W", WIDTHS)
+def test_lanewise_ops_and_the_nan_rule(W):
+    x = np.arange(1, W + 1, dtype=np.float32)
+    y = x[::-1].copy()
+    x[0] = np.nan                              # a NaN in x: max and min are NaN in lane 0
+    if W > 1:
+        y[W - 1] = np.nan                      # a NaN in y: NaN in the last lane
+    out = np.zeros(4 * W, np.float32)
+    last = lanewise(x, y, out, W)
+    both = np.isnan(x) | np.isnan(y)
+    mx, mn = out[:W], out[W:2 * W]
+    assert np.array_equal(np.isnan(mx), both) and np.array_equal(np.isnan(mn), both)
+    assert np.array_equal(mx[~both], np.maximum(x, y)[~both]) and np.array_equal(mn[~both], np.minimum(x, y)[~both])
+    np.testing.assert_array_equal(out[2 * W:3 * W][~both], (x * y + x)[~both])
+    assert np.isnan(out[3 * W]) and (last == x[W - 1] or np.isnan(x[W - 1]))
+    z = np.arange(W, dtype=np.float32)
+    lanewise(z, z, out, W)
+    assert out[3 * W] == z.sum()
+
+
+@pytest.mark.parametrize("W, register", [(16, "zmm"), (8, "ymm")])
+def test_vector_fma_instructions_are_emitted(W, register):
+    if W not in simd.host_widths():
+        pytest.skip(f"CPU can't run {W} lanes")
+    x, y = np.ones(40, np.float32), np.ones(40, np.float32)
+    axpy(np.float32(1.0), x, y, W)
+    asm = next(a for sig, a in axpy.inspect_asm().items() if str(sig[-1]) == f"Literal[int]({W})")
+    assert any(line.strip().startswith("vfmadd") and register in line for line in asm.splitlines())
+    if W == 8:
+        assert "zmm" not in asm
+
+
+def test_simd_width_flag():
+    assert rx.Config.from_env({"RLX_SIMD_WIDTH": "8"}).simd_width == 8
+    assert rx.Config.from_env({}).simd_width is None
+    with pytest.raises(ValueError, match=r"RLX_SIMD_WIDTH='4'.*16, 8, 1"):
+        rx.Config.from_env({"RLX_SIMD_WIDTH": "4"})
+
+
+def test_a_width_the_cpu_cannot_run_is_refused(monkeypatch):
+    monkeypatch.setattr(simd, "host_widths", lambda: (8, 1))
+    assert simd.resolve_width(None) == 8 and simd.resolve_width(1) == 1
+    with pytest.raises(ValueError, match="RLX_SIMD_WIDTH=16: this CPU can't run 16"):
+        simd.resolve_width(16)
