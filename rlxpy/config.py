@@ -51,6 +51,8 @@ def choice_parser(*accepted: str) -> Callable[[str, str], str]:
 
 TRITON_ALGOS = ("auto", "simple", "igemm", "igemm_nchw")
 SIMD_WIDTHS = (16, 8, 1)
+# algo names a conv-family node may be forced to (RLX_CONV_ALGO; DESIGN.md lists them)
+CONV_ALGOS = ("auto", "naive", "im2col", "direct", "winograd", "gemm1x1", "depthwise", "col2im", "simd_direct")
 
 
 def parse_simd_width(name: str, raw: str) -> int:
@@ -75,6 +77,8 @@ FLAGS: Tuple[Flag, ...] = (
          "Winograd F(2x2,3x3) on eligible 3x3 convs"),
     Flag("RLX_DIRECT_CONV", "direct_conv", parse_bool,
          "the direct kernel for stride-1, dilation-1 convs"),
+    Flag("RLX_CONV_ALGO", "conv_algo", choice_parser(*CONV_ALGOS),
+         "force a conv-family algo by name on every node where it is eligible (explain() says why where not)"),
     Flag("RLX_NUM_THREADS", "num_threads", parse_positive_int,
          "threads of the CPU kernels' pool (default: every core numba sees)"),
     Flag("RLX_SIMD_WIDTH", "simd_width", parse_simd_width,
@@ -91,12 +95,15 @@ class Config:
     fast_conv: bool = True               # RLX_FAST_CONV
     winograd: bool = False               # RLX_WINOGRAD
     direct_conv: bool = False            # RLX_DIRECT_CONV
+    conv_algo: str = "auto"              # RLX_CONV_ALGO
     num_threads: Optional[int] = None    # RLX_NUM_THREADS; None: every core numba sees
     simd_width: Optional[int] = None     # RLX_SIMD_WIDTH; None: the host's widest (checked by the CPU backend)
     triton_algo: str = "auto"            # RLX_TRITON_ALGO
     cuda_graph: bool = True              # RLX_CUDA_GRAPH
 
     def __post_init__(self):
+        if self.conv_algo not in CONV_ALGOS:
+            raise ValueError(f"Config.conv_algo={self.conv_algo!r}; accepted: {', '.join(CONV_ALGOS)}")
         if self.triton_algo not in TRITON_ALGOS:
             raise ValueError(f"Config.triton_algo={self.triton_algo!r}; accepted: {', '.join(TRITON_ALGOS)}")
         if self.simd_width is not None and self.simd_width not in SIMD_WIDTHS:

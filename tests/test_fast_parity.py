@@ -17,6 +17,7 @@ import pytest
 import rlxpy as rx
 from rlxpy.testing import cases
 from rlxpy.cpu_kernels import choose as algos
+from rlxpy.cpu_kernels import simd
 
 from helpers import REFERENCE, assert_close, rand, run_case, run_graph
 
@@ -24,7 +25,7 @@ FAST = rx.Config()
 WINOGRAD = rx.Config(winograd=True)
 DIRECT = rx.Config(direct_conv=True)
 CONFIGS = {"default": FAST, "winograd": WINOGRAD, "direct": DIRECT}
-TOL = {"im2col": 1e-4, "gemm1x1": 1e-4, "direct": 1e-4, "depthwise": 1e-4, "winograd": 1e-3}
+TOL = {"im2col": 1e-4, "gemm1x1": 1e-4, "direct": 1e-4, "depthwise": 1e-4, "simd_direct": 1e-4, "winograd": 1e-3}
 
 
 def expected_conv2d_algo(config, case):
@@ -61,6 +62,66 @@ def test_conv_fast_kernels_match_reference(case, name):
     algo = expected_conv2d_algo(config, case)
     assert exe.thunks[0].algo == algo, exe.explain()
     assert_close(out, ref, TOL[algo], f"{name} {algo} {case.id}")
+
+
+SIMD_WIDTHS = [pytest.param(w, marks=pytest.mark.skipif(w not in simd.host_widths(), reason=f"CPU can't run {w} lanes"))
+               for w in (16, 8, 1)]
+
+
+@pytest.mark.parametrize("width", SIMD_WIDTHS)
+@pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: c.id)
+def test_simd_direct_matches_reference_at_every_width(case, width):
+    """RLX_CONV_ALGO=simd_direct at RLX_SIMD_WIDTH=16, 8 and 1: every stride-1 conv takes it
+    (any kernel, dilation, groups, padding; 1-D); the others keep the default choice and
+    explain() says why."""
+    config = rx.Config(conv_algo="simd_direct", simd_width=width)
+    ref, _, _, _ = run_case(case, REFERENCE, seed=21)
+    out, exe, _, _ = run_case(case, config, seed=21)
+    th = exe.thunks[0]
+    strided = any(s != 1 for s in _pair(case.kw["stride"], len(case.inputs[0][1]) - 2))
+    if strided:
+        assert th.algo == expected_conv2d_algo(FAST, case) and "simd_direct not eligible (stride" in th.why
+    else:
+        assert (th.algo, th.tiling.lanes) == ("simd_direct", width), exe.explain()
+    assert_close(out, ref, TOL[th.algo], f"{th.algo} {width} {case.id}")
+
+
+def test_simd_direct_with_a_weight_that_changes_between_runs():
+    """A weight that is a graph input is packed on every run, not once per arena."""
+    g = rx.Graph()
+    x, w = g.input("x", (2, 7, 9, 10)), g.input("w", (9, 7, 3, 3))
+    g.output("y", g.conv(x, w, padding=1))
+    fast, ref = rx.compile(g, rx.Config(conv_algo="simd_direct")), rx.compile(g, REFERENCE)
+    assert fast.thunks[0].algo == "simd_direct" and not fast.thunks[0].record.weight_const
+    rng = np.random.default_rng(22)
+    xv = rand(rng, 2, 7, 9, 10)
+    for _ in range(2):
+        wv = rand(rng, 9, 7, 3, 3)
+        assert_close(fast.run({"x": xv, "w": wv})["y"], ref.run({"x": xv, "w": wv})["y"], TOL["simd_direct"])
+
+
+def test_conv_algo_flag():
+    assert rx.Config.from_env({"RLX_CONV_ALGO": "simd_direct"}).conv_algo == "simd_direct"
+    with pytest.raises(ValueError, match=r"RLX_CONV_ALGO='fastest'.*naive, im2col.*simd_direct"):
+        rx.Config.from_env({"RLX_CONV_ALGO": "fastest"})
+
+
+@pytest.mark.parametrize("algo, expected", [("naive", "naive"), ("im2col", "im2col"), ("winograd", "winograd"),
+                                            ("direct", "direct"), ("col2im", "im2col")])
+def test_conv_algo_forces_where_eligible_and_says_why_where_not(algo, expected):
+    rng = np.random.default_rng(23)
+    _, exe = run_graph(lambda g, v: g.conv(v["x"], v["w"], padding=1), {"x": rand(rng, 1, 4, 8, 8)},
+                       {"w": rand(rng, 4, 4, 3, 3)}, rx.Config(conv_algo=algo))
+    th = exe.thunks[0]
+    assert th.algo == expected
+    assert (f"RLX_CONV_ALGO={algo} not eligible" in th.why) == (algo == "col2im")
+
+
+def test_fast_conv_off_wins_over_conv_algo():
+    rng = np.random.default_rng(24)
+    _, exe = run_graph(lambda g, v: g.conv(v["x"], v["w"], padding=1), {"x": rand(rng, 1, 4, 8, 8)},
+                       {"w": rand(rng, 4, 4, 3, 3)}, rx.Config(fast_conv=False, conv_algo="simd_direct"))
+    assert exe.thunks[0].algo == "naive"
 
 
 def test_winograd_with_a_weight_that_changes_between_runs():

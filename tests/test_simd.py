@@ -7,36 +7,36 @@ import pytest
 
 import rlxpy as rx
 from rlxpy.cpu_kernels import simd
-from rlxpy.cpu_kernels.simd import (vadd, vfma, vhsum, vlane, vload, vload_tail, vmax, vmin, vmul, vsplat,
-                                    vstore, vstore_tail, vzero)
+from rlxpy.cpu_kernels.simd import (lanes, nlanes, vadd, vfma, vhsum, vlane, vload, vload_tail, vmax, vmin, vmul,
+                                    vsplat, vstore, vstore_tail, vzero)
 
 WIDTHS = [pytest.param(w, marks=pytest.mark.skipif(w not in simd.host_widths(), reason=f"CPU can't run {w} lanes"))
           for w in (16, 8, 1)]
 
 
 @numba.njit
-def axpy(a, x, y, W):
-    """y = a*x + y with a vector loop and a masked tail."""
-    W = numba.literally(W)
+def axpy(a, x, y, L):
+    """y = a*x + y with a vector loop and a masked tail; L = lanes(W)."""
+    W = nlanes(L)
     n = x.size
-    av = vsplat(a, W)
+    av = vsplat(a, L)
     i = 0
     while i + W <= n:
-        vstore(y, i, vfma(av, vload(x, i, W), vload(y, i, W)))
+        vstore(y, i, vfma(av, vload(x, i, L), vload(y, i, L)))
         i += W
     if i < n:
-        vstore_tail(y, i, vfma(av, vload_tail(x, i, n - i, W), vload_tail(y, i, n - i, W)), n - i)
+        vstore_tail(y, i, vfma(av, vload_tail(x, i, n - i, L), vload_tail(y, i, n - i, L)), n - i)
 
 
 @numba.njit
-def lanewise(x, y, out, W):
+def lanewise(x, y, out, L):
     """out rows: max, min, x*y + x, and the sums of the lanes of x (row 4, lane 0)."""
-    W = numba.literally(W)
-    a, b = vload(x, 0, W), vload(y, 0, W)
+    W = nlanes(L)
+    a, b = vload(x, 0, L), vload(y, 0, L)
     vstore(out, 0, vmax(a, b))
     vstore(out, W, vmin(a, b))
     vstore(out, 2 * W, vadd(vmul(a, b), a))
-    vstore(out, 3 * W, vadd(vzero(W), vsplat(vhsum(a), W)))
+    vstore(out, 3 * W, vadd(vzero(L), vsplat(vhsum(a), L)))
     return vlane(a, W - 1)
 
 
@@ -48,7 +48,7 @@ def test_axpy_with_tails_matches_numpy(W, n):
     y = rng.standard_normal(n + 8).astype(np.float32)
     guard = y[n:].copy()
     expected = (np.float64(1.5) * x[:n] + y[:n]).astype(np.float32)   # exact product, one rounding
-    axpy(np.float32(1.5), x[:n], y[:n], W)
+    axpy(np.float32(1.5), x[:n], y[:n], lanes(W))
     np.testing.assert_array_max_ulp(y[:n], expected, maxulp=1)
     assert np.array_equal(y[n:], guard)      # the tail store wrote only its n lanes
 
@@ -61,7 +61,7 @@ def test_lanewise_ops_and_the_nan_rule(W):
     if W > 1:
         y[W - 1] = np.nan                      # a NaN in y: NaN in the last lane
     out = np.zeros(4 * W, np.float32)
-    last = lanewise(x, y, out, W)
+    last = lanewise(x, y, out, lanes(W))
     both = np.isnan(x) | np.isnan(y)
     mx, mn = out[:W], out[W:2 * W]
     assert np.array_equal(np.isnan(mx), both) and np.array_equal(np.isnan(mn), both)
@@ -69,7 +69,7 @@ def test_lanewise_ops_and_the_nan_rule(W):
     np.testing.assert_array_equal(out[2 * W:3 * W][~both], (x * y + x)[~both])
     assert np.isnan(out[3 * W]) and (last == x[W - 1] or np.isnan(x[W - 1]))
     z = np.arange(W, dtype=np.float32)
-    lanewise(z, z, out, W)
+    lanewise(z, z, out, lanes(W))
     assert out[3 * W] == z.sum()
 
 
@@ -78,11 +78,23 @@ def test_vector_fma_instructions_are_emitted(W, register):
     if W not in simd.host_widths():
         pytest.skip(f"CPU can't run {W} lanes")
     x, y = np.ones(40, np.float32), np.ones(40, np.float32)
-    axpy(np.float32(1.0), x, y, W)
-    asm = next(a for sig, a in axpy.inspect_asm().items() if str(sig[-1]) == f"Literal[int]({W})")
+    axpy(np.float32(1.0), x, y, lanes(W))
+    asm = next(a for sig, a in axpy.inspect_asm().items() if str(sig[-1]) == f"Lanes{W}")
     assert any(line.strip().startswith("vfmadd") and register in line for line in asm.splitlines())
     if W == 8:
         assert "zmm" not in asm
+
+
+def test_a_width_travels_in_the_type_so_calls_do_not_recompile():
+    x, y = np.ones(40, np.float32), np.ones(40, np.float32)
+    for W in simd.host_widths():
+        axpy(np.float32(1.0), x, y, lanes(W))
+    before = len(axpy.signatures)
+    for W in simd.host_widths():
+        axpy(np.float32(1.0), x, y, lanes(W))
+    assert len(axpy.signatures) == before
+    with pytest.raises(ValueError, match="one of"):
+        lanes(4)
 
 
 def test_simd_width_flag():

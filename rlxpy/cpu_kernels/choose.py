@@ -19,6 +19,7 @@ from .backward import weight_grad_slot_floats
 from .conv2d import winograd_filter_floats, winograd_slot_floats
 from .conv3d import im2col_slot_floats
 from .conv_transpose import col2im_slot_floats
+from . import direct_simd, simd
 
 CHOOSE: Dict[Type[R.Record], Callable[[R.Record, ChoiceContext], Choice]] = {}
 chooser = registrar(CHOOSE, "CPU chooser")   # @chooser(RecordType)
@@ -38,7 +39,65 @@ def choose(rec: R.Record, ctx: ChoiceContext) -> Choice:
         fn = CHOOSE[type(rec)]
     except KeyError:
         raise NotImplementedError(f"{rec.node}: the CPU backend has no chooser for {type(rec).__name__}") from None
-    return fn(rec, ctx)
+    forced = ctx.config.conv_algo
+    if forced == "auto" or not ctx.config.fast_conv or not isinstance(rec.geometry, ConvGeometry):
+        return fn(rec, ctx)
+    make = FORCED.get((type(rec), forced))
+    reason = "no such kernel for this record type" if make is None else make(rec, ctx)
+    if isinstance(reason, Choice):
+        return _capped(reason)
+    ch = fn(rec, ctx)
+    return Choice(ch.algo, f"RLX_CONV_ALGO={forced} not eligible ({reason}); {ch.why}", ch.scratch_bytes,
+                  ch.persistent_bytes, ch.tiling)
+
+
+def simd_direct_choice(g: ConvGeometry, ctx: ChoiceContext, why: str) -> Choice:
+    lanes = simd.resolve_width(ctx.config.simd_width)
+    return Choice("simd_direct", f"{why} ({lanes} lanes)", 4 * direct_simd.scratch_floats(g, lanes),
+                  4 * direct_simd.packed_weight_floats(g), Tiling(lanes=lanes))
+
+
+def _forced(build, reason=lambda g: None):
+    """An RLX_CONV_ALGO entry: the Choice when reason(geometry) is None, else the reason."""
+    def make(rec, ctx):
+        r = reason(rec.geometry)
+        return build(rec, ctx) if r is None else r
+    return make
+
+
+def _forced_winograd(rec, ctx):
+    return choose_conv2d(rec, ChoiceContext(ctx.config.replace(winograd=True, direct_conv=False), ctx.threads))
+
+
+def _forced_direct(rec, ctx):
+    return choose_conv2d(rec, ChoiceContext(ctx.config.replace(winograd=False, direct_conv=True), ctx.threads))
+
+
+_WHY = "RLX_CONV_ALGO"
+# (record type, algo) -> make(rec, ctx): a Choice, or why that algo can't run the record
+FORCED = {
+    (R.Conv2D, "naive"): lambda rec, ctx: Choice("naive", f"{_WHY}=naive: reference kernel"),
+    (R.Conv2D1x1, "naive"): lambda rec, ctx: Choice("naive", f"{_WHY}=naive: reference kernel"),
+    (R.Conv3d, "naive"): lambda rec, ctx: Choice("naive", f"{_WHY}=naive: reference kernel"),
+    (R.ConvTranspose2d, "naive"): lambda rec, ctx: Choice("naive", f"{_WHY}=naive: reference kernel"),
+    (R.ConvTranspose3d, "naive"): lambda rec, ctx: Choice("naive", f"{_WHY}=naive: reference kernel"),
+    (R.Conv2dBackwardInput, "naive"): lambda rec, ctx: Choice("naive", f"{_WHY}=naive: reference kernel"),
+    (R.Conv2dBackwardWeight, "naive"): lambda rec, ctx: Choice("naive", f"{_WHY}=naive: reference kernel"),
+    (R.Conv2D, "im2col"): lambda rec, ctx: im2col_choice(rec.geometry, ctx, f"{_WHY}=im2col"),
+    (R.Conv3d, "im2col"): lambda rec, ctx: im2col_choice(rec.geometry, ctx, f"{_WHY}=im2col"),
+    (R.Conv2D, "winograd"): _forced(_forced_winograd, lambda g: winograd_reason(g)),
+    (R.Conv2D, "direct"): _forced(_forced_direct, lambda g: direct_reason(g)),
+    (R.Conv2D, "depthwise"): _forced(lambda rec, ctx: Choice("depthwise", f"{_WHY}=depthwise"),
+                                     lambda g: None if is_depthwise(g) else "more than one input channel per group"),
+    (R.Conv2D1x1, "gemm1x1"): lambda rec, ctx: choose_conv2d_1x1(rec, ctx),
+    (R.ConvTranspose2d, "col2im"): lambda rec, ctx: choose_conv_transpose(rec, ctx),
+    (R.ConvTranspose3d, "col2im"): lambda rec, ctx: choose_conv_transpose(rec, ctx),
+    (R.Conv2dBackwardInput, "col2im"): lambda rec, ctx: choose_conv2d_backward_input(rec, ctx),
+    (R.Conv2D, "simd_direct"): _forced(lambda rec, ctx: simd_direct_choice(rec.geometry, ctx, f"{_WHY}=simd_direct"),
+                                       direct_simd.eligible),
+    (R.Conv2D1x1, "simd_direct"): _forced(lambda rec, ctx: simd_direct_choice(rec.geometry, ctx, f"{_WHY}=simd_direct"),
+                                          direct_simd.eligible),
+}
 
 
 def reference(family: str, config: Config) -> Choice:

@@ -11,7 +11,7 @@ from ..registry import registrar
 from ..thunks import records as R
 from ..thunks.arena import view
 from ..thunks.records import Thunk
-from . import backward, conv2d, conv3d, conv_transpose, im2col, pool, resize
+from . import backward, conv2d, conv3d, conv_transpose, direct_simd, im2col, pool, resize, simd
 
 EXEC: Dict[Tuple[Type[R.Record], str], Callable[[Thunk, np.ndarray], None]] = {}
 runs = registrar(EXEC, "CPU kernel")            # @runs(RecordType, algo)
@@ -187,6 +187,31 @@ def conv_winograd(t, arena):
         conv2d.winograd_filter_transform(w, u)
     conv2d.conv2d_winograd(x, u, b, y, *t.record.geometry.pad_begin, scratch_of(t, arena),
                            slot_floats(t, _threads()), t.tiling.tile, t.tiling.k_blocks)
+
+
+def _simd_packed(t, arena) -> np.ndarray:
+    return view(arena, t.persistent_off, (t.persistent_bytes // 4,))
+
+
+@prepares(R.Conv2D, "simd_direct")
+@prepares(R.Conv2D1x1, "simd_direct")
+def simd_direct_prepare(t, arena):
+    """A param's weights packed into [group, block of 6 channels, C/g, kh, kw, 6], once per arena."""
+    direct_simd.pack_weights(_conv2d_io(t, arena)[1], _simd_packed(t, arena), t.record.geometry.groups)
+
+
+@runs(R.Conv2D, "simd_direct")
+@runs(R.Conv2D1x1, "simd_direct")
+def conv_simd_direct(t, arena):
+    g = t.record.geometry
+    x, w, b, y = _conv2d_io(t, arena)
+    if not t.record.weight_const:
+        direct_simd.pack_weights(w, _simd_packed(t, arena), g.groups)
+    hp, wp = direct_simd.padded_plane(g, t.tiling.lanes)
+    xp = view(arena, t.scratch_off, (g.x_shape[0], g.x_shape[1], hp, wp))
+    direct_simd.pad_input(x, xp, hp, wp, *g.pad_begin)
+    direct_simd.conv2d_simd_direct(xp, _simd_packed(t, arena), b, y, hp, wp, *g.dilation, g.groups, g.cin_g,
+                                   *g.kernel, simd.lanes(t.tiling.lanes))
 
 
 @runs(R.ConvTranspose2d, "col2im")

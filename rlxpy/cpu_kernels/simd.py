@@ -6,10 +6,14 @@ accumulators don't alias the weights: 10-17 GFLOP/s a core, scalar FMAs). With t
 kernel still reads as loops, but every vector operation below is one LLVM instruction on
 W lanes (W = 16: AVX-512 zmm registers; 8: AVX2 ymm; 1: scalar).
 
-The width is a compile-time constant of each kernel: pass it as a literal (`W` in the
-kernel's signature, forced with numba.literally), so numba compiles, and caches on disk,
-one specialization per width; numba's cache key already includes the host CPU.
+The width is a compile-time constant of each kernel, carried by the *type* of one
+argument: a kernel takes `L = simd.lanes(W)` (a Lanes object; its numba type is
+LanesType(W)), passes L to the intrinsics and gets the int with `nlanes(L)`. numba then
+compiles and caches on disk one specialization per width (its cache key already includes
+the host CPU), and a call dispatches on the type alone. (numba.literally on an int
+argument measured 60 ms per call: each call retries the non-literal compile first.)
 
+    nlanes(L)               W, an int
     vload(a, i, W)          W lanes a[i:i+W]                    (load <W x float>, align 4)
     vload_tail(a, i, n, W)  lanes < n from a[i:], the rest 0    (one scalar load per live lane)
     vstore(a, i, v)         a[i:i+W] = v
@@ -29,7 +33,7 @@ from functools import lru_cache
 import llvmlite.ir as ir
 from numba import types
 from numba.core import cgutils
-from numba.extending import intrinsic, models, register_model
+from numba.extending import NativeValue, intrinsic, models, register_model, typeof_impl, unbox
 
 from ..config import SIMD_WIDTHS
 
@@ -56,12 +60,67 @@ def vec(width: int) -> FloatVec:
     return FloatVec(width)
 
 
+class Lanes:
+    """What a kernel is given for its width: simd.lanes(16), simd.lanes(8), simd.lanes(1)."""
+    __slots__ = ("width",)
+
+    def __init__(self, width: int):
+        if width not in SIMD_WIDTHS:
+            raise ValueError(f"a vector width is one of {SIMD_WIDTHS}, got {width!r}")
+        self.width = width
+
+    def __repr__(self) -> str:
+        return f"lanes({self.width})"
+
+
+class LanesType(types.Type):
+    def __init__(self, width: int):
+        self.width = width
+        super().__init__(name=f"Lanes{width}")
+
+
+@lru_cache(maxsize=None)
+def lanes(width: int) -> Lanes:
+    return Lanes(width)
+
+
+@lru_cache(maxsize=None)
+def lanes_type(width: int) -> LanesType:
+    return LanesType(width)
+
+
+@typeof_impl.register(Lanes)
+def _typeof_lanes(val, c):
+    return lanes_type(val.width)
+
+
+register_model(LanesType)(models.OpaqueModel)
+
+
+@unbox(LanesType)
+def _unbox_lanes(typ, obj, c):
+    return NativeValue(c.context.get_dummy_value())
+
+
 def _width(w):
-    """The literal width of an intrinsic's width argument, or None (numba then retries
-    with literals)."""
+    """The width an intrinsic's width argument carries (a LanesType, or an int literal), or
+    None."""
+    if isinstance(w, LanesType):
+        return w.width
     if isinstance(w, types.IntegerLiteral) and w.literal_value in SIMD_WIDTHS:
         return w.literal_value
     return None
+
+
+@intrinsic
+def nlanes(typingctx, w):
+    W = _width(w)
+    if W is None:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return ir.Constant(ir.IntType(64), W)
+    return types.intp(w), codegen
 
 
 def _element_ptr(context, builder, arr_ty, arr, idx, idx_ty):

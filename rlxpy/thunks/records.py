@@ -144,6 +144,7 @@ class Tiling:
     """How a kernel cuts its work (CPU kernels; a backend with no tiling leaves the defaults)."""
     tile: int = 0        # im2col: output rows per column tile; winograd: 2x2 tiles per block; gemm1x1: columns
     k_blocks: int = 1    # output-channel blocks per work item (fills the cores on small images)
+    lanes: int = 0       # float32 lanes of an explicit-vector kernel (RLX_SIMD_WIDTH), 0: not one
 
 
 @dataclass(frozen=True, slots=True)
