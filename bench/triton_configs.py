@@ -38,9 +38,9 @@ def main():
         g = rx.Graph()
         g.output("y", g.conv(g.input("x", tuple(x.shape)), g.param("w", w.cpu().numpy()), stride=s, padding=p))
         exe = rx.compile(g, device="cuda")
-        compiled, arena = arena_with_inputs(exe, {"x": x})
-        calls = compiled.calls
-        th = calls[0][1]
+        bound = arena_with_inputs(exe, {"x": x})
+        arena = bound.arena
+        launch, th = bound.calls[0]
         geo = th.record.geometry
         oh, ow = geo.y_shape[2:]
         xt = D._scratch(th, arena, (n, h, h, c))
@@ -49,7 +49,7 @@ def main():
         torch_copy_ms = do_bench(lambda: x.permute(0, 2, 3, 1).contiguous())
         print(f"## {name} N={n}: cuDNN {torch_ms * 1e3:.1f} us, channels-last copy {copy_ms * 1e3:.1f} us "
               f"(torch permute().contiguous() {torch_copy_ms * 1e3:.1f} us)", flush=True)
-        whole = do_bench(lambda: calls[0][0](th, arena))
+        whole = do_bench(launch)
         print(f"  autotuned launcher, copy included: {whole * 1e3:.1f} us, "
               f"tuned: {list(K.conv2d_igemm_tuned.cache.values())[-1]}", flush=True)
         D._channels_last(arena, th.off("x"), xt, n, c, h, h)

@@ -48,20 +48,19 @@ def conv_of(case):
 
 
 def arena_with_inputs(exe, inputs):
-    """(compiled plan with its (launcher, thunk) calls, an arena of it holding the inputs)."""
-    compiled = exe._compile_for(exe.check_inputs(inputs))
-    arena = compiled.pool.acquire()
-    for name, (off, _) in compiled.plan.inputs.items():
-        exe.backend.write(arena, off, inputs[name])
-    return compiled, arena
+    """An arena of the inputs' plan (with its bound calls) holding the inputs."""
+    bound = exe._compile_for(exe.check_inputs(inputs)).pool.acquire()
+    for name, view in bound.inputs:
+        exe.backend.copy_into(view, inputs[name])
+    return bound
 
 
 def kernel_of(exe, inputs):
-    """The first thunk's launcher and an arena holding the inputs: times the kernel alone."""
-    compiled, arena = arena_with_inputs(exe, inputs)
-    fn, th = compiled.calls[0]
-    out_off, out_shape = next(iter(compiled.plan.outputs.values()))
-    return (lambda: fn(th, arena)), (lambda: exe.backend.view(arena, out_off, out_shape)), th
+    """The first thunk's bound launcher and a view of the output: times the kernel alone."""
+    bound = arena_with_inputs(exe, inputs)
+    launch, th = bound.calls[0]
+    out = bound.outputs[0][1]
+    return launch, (lambda: out), th
 
 
 IGEMM = "igemm"     # the forward implicit GEMM's algo (--nchw: igemm_nchw)

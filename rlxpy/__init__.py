@@ -12,16 +12,20 @@ __version__ = "0.1.0"
 
 
 def compile(graph: Graph, config: Config = None, device: str = "cpu", plan_memory: bool = True,
-            guard_bytes: int = 0) -> Executable:
+            guard_bytes: int = 0, algos: dict = None) -> Executable:
     """Lower `graph` into an Executable. config defaults to Config.from_env(); device "cpu"
     runs numba kernels, "cuda" the optional Triton lowering. plan_memory=False gives every
     value bytes of its own, and guard_bytes > 0 (with it) puts guard zones around every
-    tensor: both are for tests that look for aliasing and stray writes."""
+    tensor: both are for tests that look for aliasing and stray writes. algos={node name:
+    algo} forces a conv-family node's kernel where eligible (before RLX_CONV_ALGO; CPU only)."""
     config = Config.from_env() if config is None else config
     if device == "cpu":
         from .cpu_kernels.backend import CPU
-        return Executable(graph, CPU, config, plan_memory, guard_bytes)
+        return Executable(graph, CPU, config, plan_memory, guard_bytes, algos)
     if device == "cuda":
+        if algos:
+            raise NotImplementedError("compile(..., device='cuda', algos=...): per-node overrides are CPU-only; "
+                                      "RLX_TRITON_ALGO picks the GPU's conv kernels")
         from .triton.executable import compile_cuda
         return compile_cuda(graph, config, plan_memory, guard_bytes)
     raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")

@@ -137,7 +137,8 @@ def test_guard_zones_catch_a_stray_write():
     exe = rx.compile(g, rx.Config(), plan_memory=False, guard_bytes=64)
     exe.run({"x": np.ones((1, 1, 2, 2), np.float32)})
     assert exe.guard_violations() == []
-    (arena,) = exe._compile_for({"x": (1, 1, 2, 2)}).pool.idle()
+    (bound,) = exe._compile_for({"x": (1, 1, 2, 2)}).pool.idle()
+    arena = bound.arena
     y_end = exe.thunks[0].off("y") + 4 * 16          # the 16 outputs of a 4x4 plane
     arena[y_end // 4] = 0.0
     assert exe.guard_violations() == [(y_end, 64)]

@@ -284,3 +284,37 @@ def test_graph_changes_after_compile_do_not_leak_in(exe):
     e = rx.compile(g, REFERENCE)
     g.output("z", g.pool(x, "avg", 2))
     assert set(e.run({"x": np.ones((1, 1, 4, 4), np.float32)})) == {"y"}
+
+
+@pytest.mark.parametrize("inputs, err, words", [
+    ({"x": np.zeros((1, 3, 8, 8), np.float64)}, TypeError, ["'x'", "float32", "float64"]),
+    ({"x": np.zeros((2, 3, 8, 8), np.float32)}, ValueError, ["'x'", "dim 0 must be 1"]),
+    ({"y": np.zeros((1, 3, 8, 8), np.float32)}, ValueError, ["unknown input 'y'"]),
+    ({"x": np.zeros((1, 3, 8, 8), np.float32), "z": np.zeros(1, np.float32)}, ValueError, ["unknown input 'z'"]),
+    ({}, ValueError, ["missing input 'x'"]),
+    ({"x": np.zeros((1, 3, 8, 8), np.float32).tolist()}, TypeError, ["numpy array"]),
+])
+def test_static_graph_fast_input_check_still_refuses_bad_input(inputs, err, words):
+    """A graph whose inputs are all static checks whole shapes at once; anything that fails
+    that goes through the full check, with the same messages."""
+    g = rx.Graph()
+    g.output("y", g.pool(g.input("x", (1, 3, 8, 8)), "max", 2))
+    exe = rx.compile(g, REFERENCE)
+    with pytest.raises(err) as info:
+        exe.run(inputs)
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+    good = rand(np.random.default_rng(2), 1, 3, 8, 8)
+    assert np.array_equal(exe.run({"x": good})["y"], good.reshape(1, 3, 4, 2, 4, 2).max(axis=(3, 5)))
+
+
+def test_thread_count_follows_each_executables_config():
+    import numba
+    g = rx.Graph()
+    g.output("y", g.pool(g.input("x", (1, 1, 4, 4)), "max", 2))
+    one, every = rx.compile(g, rx.Config(num_threads=1)), rx.compile(g, rx.Config())
+    x = np.ones((1, 1, 4, 4), np.float32)
+    one.run({"x": x})
+    assert numba.get_num_threads() == 1
+    every.run({"x": x})
+    assert numba.get_num_threads() == every.threads == numba.config.NUMBA_NUM_THREADS

@@ -226,3 +226,26 @@ def test_fast_conv_off_sends_every_thunk_to_its_reference_kernel(monkeypatch):
     monkeypatch.setenv("RLX_WINOGRAD", "1")
     exe = rx.compile(g)
     assert {t.algo for t in exe.thunks} == {"naive"}
+
+
+def test_per_node_algos_go_before_rlx_conv_algo_and_are_checked():
+    rng = np.random.default_rng(28)
+    g = rx.Graph()
+    x = g.input("x", (None, 4, 9, 9))
+    a = g.conv(x, g.param("wa", rand(rng, 4, 4, 3, 3)), padding=1, name="a")
+    b = g.conv(a, g.param("wb", rand(rng, 4, 4, 3, 3)), padding=1, name="b")
+    c = g.conv(b, g.param("wc", rand(rng, 4, 4, 3, 3)), stride=2, name="c")
+    g.output("y", c)
+    exe = rx.compile(g, rx.Config(conv_algo="winograd"), algos={"a": "simd_direct", "c": "direct"})
+    th = {t.node: t for t in exe.thunks}
+    assert th["a"].algo == "simd_direct" and "algos['a']=simd_direct" in th["a"].why
+    assert th["b"].algo == "winograd"                     # RLX_CONV_ALGO where no override
+    assert th["c"].algo == "im2col" and "algos['c']=direct not eligible (stride (2, 2))" in th["c"].why
+    xv = rand(rng, 2, 4, 9, 9)
+    assert_close(exe.run({"x": xv})["y"], rx.compile(g, REFERENCE).run({"x": xv})["y"], TOL["winograd"])
+    with pytest.raises(ValueError, match="no node named 'z'"):
+        rx.compile(g, algos={"z": "im2col"})
+    with pytest.raises(ValueError, match=r"algos\['a'\]='fast'.*known: auto, naive"):
+        rx.compile(g, algos={"a": "fast"})
+    with pytest.raises(ValueError, match=r"'x' \(Input\) is not a conv-family node"):
+        rx.compile(g, algos={"x": "im2col"})

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..config import Config
 from ..thunks import arena as A
-from ..thunks.backend import ChoiceContext, Kernel, table_kernel, table_prepare
+from ..thunks.backend import Binder, ChoiceContext, Kernel, table_kernel, table_prepare
 from ..thunks.records import Choice, Record, Thunk
 from . import choose as _choose
 from . import dispatch
@@ -25,22 +25,24 @@ class CpuBackend:
     def choose(self, record: Record, ctx: ChoiceContext) -> Choice:
         return _choose.choose(record, ctx)
 
-    def kernel(self, thunk: Thunk) -> Kernel:
-        return table_kernel(dispatch.EXEC, thunk, "CPU")
+    def binder(self, thunk: Thunk) -> Binder:
+        entry = table_kernel(dispatch.EXEC, thunk, "CPU")
+        return lambda arena: dispatch.bind(entry, thunk, arena)
 
     def prepare(self, thunk: Thunk) -> Optional[Kernel]:
-        return table_prepare(dispatch.PREPARE, thunk)
+        entry = table_prepare(dispatch.PREPARE, thunk)
+        return None if entry is None else (lambda t, arena: dispatch.bind(entry, t, arena)())
 
     def new_arena(self, nbytes: int) -> np.ndarray:
         arena = A.new_arena(nbytes)
         arena[...] = 0.0
         return arena
 
-    def write(self, arena: np.ndarray, off: int, array) -> None:
-        A.view(arena, off, np.shape(array))[...] = array    # any strides: copied into place
+    def copy_into(self, view: np.ndarray, array) -> None:
+        np.copyto(view, array)      # any strides: copied into place
 
-    def read(self, arena: np.ndarray, off: int, shape: Tuple[int, ...]) -> np.ndarray:
-        return A.view(arena, off, shape).copy()
+    def copy_out(self, view: np.ndarray) -> np.ndarray:
+        return view.copy()
 
     def view(self, arena: np.ndarray, off: int, shape: Tuple[int, ...]) -> np.ndarray:
         return A.view(arena, off, shape)

@@ -39,15 +39,22 @@ def choose(rec: R.Record, ctx: ChoiceContext) -> Choice:
         fn = CHOOSE[type(rec)]
     except KeyError:
         raise NotImplementedError(f"{rec.node}: the CPU backend has no chooser for {type(rec).__name__}") from None
-    forced = ctx.config.conv_algo
+    # precedence: a per-node override, then RLX_CONV_ALGO, then the flags and the default rule
+    # (inside fn); RLX_FAST_CONV=0 sends everything to the reference kernels regardless
+    if rec.node in ctx.algos:
+        forced, source = ctx.algos[rec.node], f"algos[{rec.node!r}]"
+    else:
+        forced, source = ctx.config.conv_algo, "RLX_CONV_ALGO"
     if forced == "auto" or not ctx.config.fast_conv or not isinstance(rec.geometry, ConvGeometry):
         return fn(rec, ctx)
     make = FORCED.get((type(rec), forced))
-    reason = "no such kernel for this record type" if make is None else make(rec, ctx)
-    if isinstance(reason, Choice):
-        return _capped(reason)
+    made = "no such kernel for this record type" if make is None else make(rec, ctx)
+    if isinstance(made, Choice):
+        return _capped(made if source == "RLX_CONV_ALGO" else
+                       Choice(made.algo, made.why.replace("RLX_CONV_ALGO", source, 1), made.scratch_bytes,
+                              made.persistent_bytes, made.tiling))
     ch = fn(rec, ctx)
-    return Choice(ch.algo, f"RLX_CONV_ALGO={forced} not eligible ({reason}); {ch.why}", ch.scratch_bytes,
+    return Choice(ch.algo, f"{source}={forced} not eligible ({made}); {ch.why}", ch.scratch_bytes,
                   ch.persistent_bytes, ch.tiling)
 
 

@@ -1,8 +1,11 @@
-"""The CPU dispatch table: (record type, algo) -> a function (thunk, arena) that takes views
-of the arena and calls a numba kernel; and PREPARE, what fills a thunk's persistent bytes
-once per arena. Registered here, next to the calls they make."""
+"""The CPU dispatch table: (record type, algo) -> a binder (thunk, arena) -> (kernel, args):
+the numba kernel and its arguments, views of the arena made once when the arena is made,
+so a run calls kernel(*args) and builds nothing (views cost about 1 us each: a third of a
+small graph's run). PREPARE: what fills a thunk's persistent bytes once per arena.
+Registered here, next to the calls they make."""
 from __future__ import annotations
 
+from functools import partial
 from typing import Callable, Dict, Tuple, Type
 
 import numpy as np
@@ -18,6 +21,12 @@ runs = registrar(EXEC, "CPU kernel")            # @runs(RecordType, algo)
 PREPARE: Dict[Tuple[Type[R.Record], str], Callable[[Thunk, np.ndarray], None]] = {}
 prepares = registrar(PREPARE, "CPU prepare step")
 NO_BIAS = np.zeros(0, np.float32)
+
+
+def bind(binder, t: Thunk, arena) -> Callable[[], None]:
+    """A table entry's (kernel, args) for this arena, as one call."""
+    fn, args = binder(t, arena)
+    return partial(fn, *args)
 
 
 def at(t: Thunk, arena, role: str, shape) -> np.ndarray:
@@ -52,7 +61,7 @@ def _weight3(g3, rows: int, cols: int):
 @runs(R.Conv3d, "naive")
 def conv_reference(t, arena):
     g3 = t.record.geometry.lifted(3)
-    conv3d.conv_naive(at(t, arena, "x", g3.x_shape), at(t, arena, "w", _weight3(g3, g3.y_shape[1], g3.cin_g)),
+    return conv3d.conv_naive, (at(t, arena, "x", g3.x_shape), at(t, arena, "w", _weight3(g3, g3.y_shape[1], g3.cin_g)),
                       bias_of(t, arena), at(t, arena, "y", g3.y_shape), *conv_args(g3))
 
 
@@ -60,7 +69,7 @@ def conv_reference(t, arena):
 @runs(R.ConvTranspose3d, "naive")
 def conv_transpose_reference(t, arena):
     g3 = t.record.geometry.lifted(3)
-    conv_transpose.conv_transpose_naive(
+    return conv_transpose.conv_transpose_naive, (
         at(t, arena, "x", g3.x_shape), at(t, arena, "w", _weight3(g3, g3.x_shape[1], g3.cout_g)),
         bias_of(t, arena), at(t, arena, "y", g3.y_shape), *conv_args(g3))
 
@@ -69,7 +78,7 @@ def conv_transpose_reference(t, arena):
 def conv2d_backward_input_reference(t, arena):
     # dx = conv_transpose(dy, w): w [K, C/g, kh, kw] is already the transposed conv's layout.
     g3 = t.record.geometry.lifted(3)
-    conv_transpose.conv_transpose_naive(
+    return conv_transpose.conv_transpose_naive, (
         at(t, arena, "dy", g3.y_shape), at(t, arena, "w", _weight3(g3, g3.y_shape[1], g3.cin_g)), NO_BIAS,
         at(t, arena, "dx", g3.x_shape), *conv_args(g3))
 
@@ -77,7 +86,7 @@ def conv2d_backward_input_reference(t, arena):
 @runs(R.Conv2dBackwardWeight, "naive")
 def conv2d_backward_weight_reference(t, arena):
     g = t.record.geometry
-    backward.conv2d_backward_weight_naive(
+    return backward.conv2d_backward_weight_naive, (
         at(t, arena, "x", g.x_shape), at(t, arena, "dy", g.y_shape),
         at(t, arena, "dw", (g.y_shape[1], g.cin_g) + tuple(g.kernel)),
         *g.stride, *g.pad_begin, *g.dilation, g.groups)
@@ -98,12 +107,12 @@ def max_pool_backward_args(t, arena):
 @runs(R.Pool2D, "naive")
 @runs(R.Pool3D, "naive")
 def pool_reference(t, arena):
-    pool.pool_naive(*pool_args(t, arena))
+    return pool.pool_naive, pool_args(t, arena)
 
 
 @runs(R.MaxPool2dBackward, "naive")
 def max_pool2d_backward_reference(t, arena):
-    pool.max_pool_backward_naive(*max_pool_backward_args(t, arena))
+    return pool.max_pool_backward_naive, max_pool_backward_args(t, arena)
 
 
 def im2col_args(t, arena):
@@ -119,12 +128,12 @@ def resize_args(t, arena):
 
 @runs(R.Im2Col, "naive")
 def im2col_reference(t, arena):
-    im2col.im2col_naive(*im2col_args(t, arena))
+    return im2col.im2col_naive, im2col_args(t, arena)
 
 
 @runs(R.ResizeNearest2x, "naive")
 def resize_nearest2x_reference(t, arena):
-    resize.resize_nearest2x_naive(*resize_args(t, arena))
+    return resize.resize_nearest2x_naive, resize_args(t, arena)
 
 
 # --- fast kernels ----------------------------------------------------------------------
@@ -138,7 +147,7 @@ def _threads() -> int:
 @runs(R.Conv3d, "im2col")
 def conv_im2col(t, arena):
     g3 = t.record.geometry.lifted(3)
-    conv3d.conv_im2col(at(t, arena, "x", g3.x_shape), at(t, arena, "w", _weight3(g3, g3.y_shape[1], g3.cin_g)),
+    return conv3d.conv_im2col, (at(t, arena, "x", g3.x_shape), at(t, arena, "w", _weight3(g3, g3.y_shape[1], g3.cin_g)),
                        bias_of(t, arena), at(t, arena, "y", g3.y_shape), *conv_args(g3),
                        scratch_of(t, arena), slot_floats(t, _threads()), t.tiling.tile, t.tiling.k_blocks)
 
@@ -146,7 +155,7 @@ def conv_im2col(t, arena):
 @runs(R.Conv2D1x1, "gemm1x1")
 def conv_gemm1x1(t, arena):
     g = t.record.geometry
-    conv2d.conv2d_gemm1x1(at(t, arena, "x", g.x_shape), at(t, arena, "w", (g.y_shape[1], g.x_shape[1])),
+    return conv2d.conv2d_gemm1x1, (at(t, arena, "x", g.x_shape), at(t, arena, "w", (g.y_shape[1], g.x_shape[1])),
                           bias_of(t, arena), at(t, arena, "y", g.y_shape), t.tiling.tile)
 
 
@@ -158,13 +167,13 @@ def _conv2d_io(t, arena):
 
 @runs(R.Conv2D, "direct")
 def conv_direct(t, arena):
-    conv2d.conv2d_direct(*_conv2d_io(t, arena), *t.record.geometry.pad_begin, t.record.geometry.groups)
+    return conv2d.conv2d_direct, (*_conv2d_io(t, arena), *t.record.geometry.pad_begin, t.record.geometry.groups)
 
 
 @runs(R.Conv2D, "depthwise")
 def conv_depthwise(t, arena):
     g = t.record.geometry
-    conv2d.conv2d_depthwise(*_conv2d_io(t, arena), *g.stride, *g.pad_begin, *g.dilation, g.groups)
+    return conv2d.conv2d_depthwise, (*_conv2d_io(t, arena), *g.stride, *g.pad_begin, *g.dilation, g.groups)
 
 
 def _winograd_filters(t, arena) -> np.ndarray:
@@ -176,17 +185,22 @@ def _winograd_filters(t, arena) -> np.ndarray:
 def winograd_prepare(t, arena):
     """A param's filter transform, once per arena."""
     w = _conv2d_io(t, arena)[1]
-    conv2d.winograd_filter_transform(w, _winograd_filters(t, arena))
+    return conv2d.winograd_filter_transform, (w, _winograd_filters(t, arena))
 
 
 @runs(R.Conv2D, "winograd")
 def conv_winograd(t, arena):
     x, w, b, y = _conv2d_io(t, arena)
     u = _winograd_filters(t, arena)
-    if not t.record.weight_const:      # a weight that is a graph input changes every run
+    args = (x, u, b, y, *t.record.geometry.pad_begin, scratch_of(t, arena), slot_floats(t, _threads()),
+            t.tiling.tile, t.tiling.k_blocks)
+    if t.record.weight_const:          # transformed once per arena by winograd_prepare
+        return conv2d.conv2d_winograd, args
+
+    def run():                         # a weight that is a graph input changes every run
         conv2d.winograd_filter_transform(w, u)
-    conv2d.conv2d_winograd(x, u, b, y, *t.record.geometry.pad_begin, scratch_of(t, arena),
-                           slot_floats(t, _threads()), t.tiling.tile, t.tiling.k_blocks)
+        conv2d.conv2d_winograd(*args)
+    return run, ()
 
 
 def _simd_packed(t, arena) -> np.ndarray:
@@ -197,7 +211,7 @@ def _simd_packed(t, arena) -> np.ndarray:
 @prepares(R.Conv2D1x1, "simd_direct")
 def simd_direct_prepare(t, arena):
     """A param's weights packed into [group, block of 6 channels, C/g, kh, kw, 6], once per arena."""
-    direct_simd.pack_weights(_conv2d_io(t, arena)[1], _simd_packed(t, arena), t.record.geometry.groups)
+    return direct_simd.pack_weights, (_conv2d_io(t, arena)[1], _simd_packed(t, arena), t.record.geometry.groups)
 
 
 @runs(R.Conv2D, "simd_direct")
@@ -205,20 +219,26 @@ def simd_direct_prepare(t, arena):
 def conv_simd_direct(t, arena):
     g = t.record.geometry
     x, w, b, y = _conv2d_io(t, arena)
-    if not t.record.weight_const:
-        direct_simd.pack_weights(w, _simd_packed(t, arena), g.groups)
     hp, wp = direct_simd.padded_plane(g, t.tiling.lanes)
     xp = view(arena, t.scratch_off, (g.x_shape[0], g.x_shape[1], hp, wp))
-    direct_simd.pad_input(x, xp, hp, wp, *g.pad_begin)
-    direct_simd.conv2d_simd_direct(xp, _simd_packed(t, arena), b, y, hp, wp, *g.dilation, g.groups, g.cin_g,
-                                   *g.kernel, simd.lanes(t.tiling.lanes))
+    packed = _simd_packed(t, arena)
+    pad = (x, xp, hp, wp, *g.pad_begin)
+    args = (xp, packed, b, y, hp, wp, *g.dilation, g.groups, g.cin_g, *g.kernel, simd.lanes(t.tiling.lanes))
+    const = t.record.weight_const      # else a graph input: packed every run
+
+    def run():
+        if not const:
+            direct_simd.pack_weights(w, packed, g.groups)
+        direct_simd.pad_input(*pad)
+        direct_simd.conv2d_simd_direct(*args)
+    return run, ()
 
 
 @runs(R.ConvTranspose2d, "col2im")
 @runs(R.ConvTranspose3d, "col2im")
 def conv_transpose_col2im(t, arena):
     g3 = t.record.geometry.lifted(3)
-    conv_transpose.conv_transpose_col2im(
+    return conv_transpose.conv_transpose_col2im, (
         at(t, arena, "x", g3.x_shape), at(t, arena, "w", _weight3(g3, g3.x_shape[1], g3.cout_g)),
         bias_of(t, arena), at(t, arena, "y", g3.y_shape), *conv_args(g3),
         scratch_of(t, arena), slot_floats(t, _threads()), t.tiling.k_blocks)
@@ -227,7 +247,7 @@ def conv_transpose_col2im(t, arena):
 @runs(R.Conv2dBackwardInput, "col2im")
 def conv2d_backward_input_col2im(t, arena):
     g3 = t.record.geometry.lifted(3)
-    conv_transpose.conv_transpose_col2im(
+    return conv_transpose.conv_transpose_col2im, (
         at(t, arena, "dy", g3.y_shape), at(t, arena, "w", _weight3(g3, g3.y_shape[1], g3.cin_g)), NO_BIAS,
         at(t, arena, "dx", g3.x_shape), *conv_args(g3), scratch_of(t, arena), slot_floats(t, _threads()),
         t.tiling.k_blocks)
@@ -236,7 +256,7 @@ def conv2d_backward_input_col2im(t, arena):
 @runs(R.Conv2dBackwardWeight, "im2col")
 def conv2d_backward_weight_im2col(t, arena):
     g = t.record.geometry
-    backward.conv2d_backward_weight_im2col(
+    return backward.conv2d_backward_weight_im2col, (
         at(t, arena, "x", g.x_shape), at(t, arena, "dy", g.y_shape),
         at(t, arena, "dw", (g.y_shape[1], g.cin_g) + tuple(g.kernel)), *g.stride, *g.pad_begin, *g.dilation,
         g.groups, scratch_of(t, arena), slot_floats(t, _threads()), t.tiling.tile)
@@ -245,19 +265,19 @@ def conv2d_backward_weight_im2col(t, arena):
 @runs(R.Pool2D, "parallel")
 @runs(R.Pool3D, "parallel")
 def pool_parallel(t, arena):
-    pool.pool_parallel(*pool_args(t, arena))
+    return pool.pool_parallel, pool_args(t, arena)
 
 
 @runs(R.MaxPool2dBackward, "parallel")
 def max_pool2d_backward_parallel(t, arena):
-    pool.max_pool_backward_parallel(*max_pool_backward_args(t, arena))
+    return pool.max_pool_backward_parallel, max_pool_backward_args(t, arena)
 
 
 @runs(R.Im2Col, "parallel")
 def im2col_parallel(t, arena):
-    im2col.im2col_rows_parallel(*im2col_args(t, arena))
+    return im2col.im2col_rows_parallel, im2col_args(t, arena)
 
 
 @runs(R.ResizeNearest2x, "parallel")
 def resize_nearest2x_parallel(t, arena):
-    resize.resize_nearest2x_parallel(*resize_args(t, arena))
+    return resize.resize_nearest2x_parallel, resize_args(t, arena)

@@ -89,38 +89,51 @@ def view(arena: np.ndarray, off: int, shape) -> np.ndarray:
     return arena[start:start + n].reshape(shape)
 
 
+@dataclass(frozen=True)
+class BoundArena:
+    """An arena with every thunk bound to it, and views of the plan's inputs and outputs."""
+    arena: object
+    calls: Tuple[Tuple[Callable[[], None], object], ...]    # (bound call, thunk) in run order
+    inputs: Tuple[Tuple[str, object], ...]                  # (name, view)
+    outputs: Tuple[Tuple[str, object], ...]
+
+
 class ArenaPool:
     """Arenas of one plan, made through a backend. A run takes one for itself, so two
     threads never share bytes. When an arena is made, params are copied in, guard zones
-    filled, and every thunk's prepare step (data derived from params, such as packed
-    weights) runs once."""
+    filled, every thunk's prepare step (data derived from params, such as packed weights)
+    runs once, and every thunk is bound to it."""
 
-    def __init__(self, plan, backend, prepares: Sequence[Tuple[Callable, object]] = ()):
-        self.plan, self.backend, self.prepares = plan, backend, tuple(prepares)
-        self._free: List[object] = []
+    def __init__(self, plan, backend, binders: Sequence[Callable], prepares: Sequence[Tuple[Callable, object]] = ()):
+        self.plan, self.backend = plan, backend
+        self.binders, self.prepares = tuple(binders), tuple(prepares)
+        self._free: List[BoundArena] = []
         self._lock = threading.Lock()
         self.made = 0
 
-    def acquire(self):
+    def acquire(self) -> BoundArena:
         with self._lock:
             if self._free:
                 return self._free.pop()
-        b = self.backend
-        arena = b.new_arena(self.plan.arena_bytes)
-        for off, arr in self.plan.params:
-            b.write(arena, off, arr)
-        for off, nbytes in self.plan.guards:
+        b, plan = self.backend, self.plan
+        arena = b.new_arena(plan.arena_bytes)
+        for off, arr in plan.params:
+            b.copy_into(b.view(arena, off, arr.shape), arr)
+        for off, nbytes in plan.guards:
             b.fill(arena, off, nbytes, GUARD_VALUE)
         for fn, thunk in self.prepares:
             fn(thunk, arena)
+        bound = BoundArena(arena, tuple((bind(arena), t) for bind, t in zip(self.binders, plan.thunks)),
+                           tuple((name, b.view(arena, off, shape)) for name, (off, shape) in plan.inputs.items()),
+                           tuple((name, b.view(arena, off, shape)) for name, (off, shape) in plan.outputs.items()))
         with self._lock:
             self.made += 1
-        return arena
+        return bound
 
-    def idle(self) -> List[object]:
+    def idle(self) -> List[BoundArena]:
         with self._lock:
             return list(self._free)
 
-    def release(self, arena) -> None:
+    def release(self, bound: BoundArena) -> None:
         with self._lock:
-            self._free.append(arena)
+            self._free.append(bound)

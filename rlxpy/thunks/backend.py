@@ -2,30 +2,35 @@
 
 The plan builder asks `choose` for every record before the arena is planned, so each
 backend's scratch and persistent bytes are planned into the arena with everything else.
-The executor asks `kernel` for the callable of every bound thunk, and the arena pool asks
-`prepare` for what must be computed once per arena from params (packed or re-arranged
-weights) and uses the arena operations to make arenas and move inputs and outputs.
+The executor asks `binder` for every thunk when a plan is built (a thunk no kernel can run
+fails then, naming its node); when the arena pool makes an arena it binds every thunk to
+it (a zero-argument call with its views made once), runs each `prepare` step (data computed
+once per arena from params: packed or re-arranged weights) and makes views of the inputs
+and outputs. A run then copies inputs in, calls the bound calls in order, copies outputs out.
 
 Implementations: rlxpy.cpu_kernels.backend.CpuBackend (numba) and
 rlxpy.triton.backend.TritonBackend. A test may add a third; nothing here imports either.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Optional, Protocol, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional, Protocol, Tuple
 
 from ..config import Config
 from .records import Choice, Record, Thunk
 
-Kernel = Callable[[Thunk, Any], None]   # kernel(thunk, arena)
+Kernel = Callable[[Thunk, Any], None]   # kernel(thunk, arena): a prepare step
+Binder = Callable[[Any], Callable[[], None]]   # binder(arena) -> the thunk's call on that arena
 
 
 @dataclass(frozen=True)
 class ChoiceContext:
-    """What a backend may consult when it chooses: the Config and the workers a parallel
-    kernel will run on (one scratch slot each)."""
+    """What a backend may consult when it chooses: the Config, the workers a parallel
+    kernel will run on (one scratch slot each), and per-node algo overrides
+    (compile(..., algos={node name: algo}), which go before RLX_CONV_ALGO)."""
     config: Config
     threads: int
+    algos: Mapping[str, str] = field(default_factory=dict)
 
 
 class Backend(Protocol):
@@ -37,8 +42,8 @@ class Backend(Protocol):
     def choose(self, record: Record, ctx: ChoiceContext) -> Choice:
         """Algo, why, tiling, scratch and persistent bytes of one record."""
 
-    def kernel(self, thunk: Thunk) -> Kernel:
-        """The callable that runs a bound thunk; NotImplementedError naming the node if none."""
+    def binder(self, thunk: Thunk) -> Binder:
+        """What binds the thunk's kernel to an arena; NotImplementedError naming the node if none."""
 
     def prepare(self, thunk: Thunk) -> Optional[Kernel]:
         """What fills this thunk's persistent bytes once per arena (after params are copied in), or None."""
@@ -46,11 +51,11 @@ class Backend(Protocol):
     def new_arena(self, nbytes: int) -> Any:
         """A zeroed, 64-byte-aligned float32 buffer of nbytes."""
 
-    def write(self, arena: Any, off: int, array: Any) -> None:
-        """Copy an input (any strides) into the arena at byte offset off."""
+    def copy_into(self, view: Any, array: Any) -> None:
+        """Copy an input (any strides) into a view of the arena."""
 
-    def read(self, arena: Any, off: int, shape: Tuple[int, ...]) -> Any:
-        """A fresh copy of the tensor at byte offset off."""
+    def copy_out(self, view: Any) -> Any:
+        """A fresh copy of a view of the arena."""
 
     def fill(self, arena: Any, off: int, nbytes: int, value: float) -> None:
         """Set nbytes at off to value (guard bytes)."""
@@ -59,8 +64,8 @@ class Backend(Protocol):
         """The tensor at byte offset off, in place (no copy)."""
 
 
-def table_kernel(table, thunk: Thunk, device: str) -> Kernel:
-    """A backend's kernel for a thunk from its (record type, algo) table."""
+def table_kernel(table, thunk: Thunk, device: str):
+    """A backend's entry for a thunk in its (record type, algo) table."""
     try:
         return table[(type(thunk.record), thunk.algo)]
     except KeyError:

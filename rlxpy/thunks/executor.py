@@ -22,21 +22,40 @@ from .records import Thunk
 REPRESENTATIVE_SIZES = (1, 8, 16, 32, 64, 128, 224, 256, 512, 1024)
 
 
+CONV_FAMILY = ("Conv", "Conv3d", "ConvTranspose2d", "ConvTranspose3d", "Conv2dBackwardInput", "Conv2dBackwardWeight")
+
+
+def check_algos(graph: Graph, algos) -> Dict[str, str]:
+    """Per-node overrides: every name a conv-family node of the graph, every algo a known name."""
+    from ..config import CONV_ALGOS
+    ops = {n.name: n.op for n in graph.nodes}
+    for name, algo in dict(algos).items():
+        if name not in ops:
+            raise ValueError(f"algos: no node named {name!r} in the graph")
+        if ops[name] not in CONV_FAMILY:
+            raise ValueError(f"algos: node {name!r} ({ops[name]}) is not a conv-family node; overrides take "
+                             f"{', '.join(CONV_FAMILY)}")
+        if algo not in CONV_ALGOS:
+            raise ValueError(f"algos[{name!r}]={algo!r} is not a known algo; known: {', '.join(CONV_ALGOS)}")
+    return dict(algos)
+
+
 @dataclass(frozen=True)
 class Compiled:
-    """A plan with what runs it: the resolved kernel calls and the arenas."""
+    """A plan with what runs it: its arenas, each with the thunks bound to it."""
     plan: Plan
-    calls: Tuple[Tuple[object, Thunk], ...]
     pool: ArenaPool
 
 
 class Executable:
     def __init__(self, graph: Graph, backend: Backend, config: Optional[Config] = None,
-                 plan_memory: bool = True, guard_bytes: int = 0):
+                 plan_memory: bool = True, guard_bytes: int = 0, algos: Optional[Dict[str, str]] = None):
         """backend: where the kernels run (rlxpy.compile picks it from `device`).
-        guard_bytes > 0 (tests, with plan_memory=False): guard zones around every tensor."""
+        guard_bytes > 0 (tests, with plan_memory=False): guard zones around every tensor.
+        algos: {node name: conv-family algo}, before RLX_CONV_ALGO."""
         if not graph.outputs:
             raise ValueError("the graph has no outputs: mark at least one value with g.output(name, value)")
+        self.algos = check_algos(graph, algos or {})
         self.config = Config.from_env() if config is None else config
         self.plan_memory = plan_memory
         self.guard_bytes = guard_bytes
@@ -47,6 +66,7 @@ class Executable:
         self._params = dict(graph.params)
         self._outputs = dict(graph.outputs)
         self._input_dims = {name: self._nodes[v].shape for name, v in graph.inputs.items()}
+        self._static_shapes = None if self.is_dynamic else {n: tuple(d) for n, d in self._input_dims.items()}
         self._compiled: Dict[Tuple, Compiled] = {}
         self._lock = threading.Lock()
         self._last: Optional[Compiled] = None
@@ -64,11 +84,11 @@ class Executable:
             hit = self._compiled.get(key)
         if hit is None:
             plan = build_plan(self._nodes, self._params, self._outputs, shapes, self.config, self.backend,
-                              self.threads, self.plan_memory, self.guard_bytes)
-            calls = tuple((self.backend.kernel(t), t) for t in plan.thunks)
+                              self.threads, self.plan_memory, self.guard_bytes, self.algos)
+            binders = [self.backend.binder(t) for t in plan.thunks]
             prepares = [(fn, t) for t in plan.thunks if (fn := self.backend.prepare(t)) is not None]
             with self._lock:
-                hit = self._compiled.setdefault(key, Compiled(plan, calls, ArenaPool(plan, self.backend, prepares)))
+                hit = self._compiled.setdefault(key, Compiled(plan, ArenaPool(plan, self.backend, binders, prepares)))
         if remember:
             self._last = hit
         return hit
@@ -121,6 +141,15 @@ class Executable:
     def check_inputs(self, inputs) -> Dict[str, Tuple[int, ...]]:
         """Every check a run needs, done before any kernel runs: names, types, dtypes, ranks,
         static dims and consistent dynamic dims. Returns the concrete input shapes."""
+        static = self._static_shapes
+        if static is not None and type(inputs) is dict and len(inputs) == len(static):
+            # the common case, checked whole: the right names, float32 arrays of the declared shapes
+            try:
+                if all(type(a) is np.ndarray and a.dtype == np.float32 and a.shape == static[name]
+                       for name, a in inputs.items()):
+                    return static
+            except KeyError:
+                pass                          # an unknown name: the full check below says which
         if not isinstance(inputs, Mapping):
             raise TypeError(f"run() takes a dict of input name -> array, got {type(inputs).__name__}")
         expected = list(self._input_dims)
@@ -165,24 +194,24 @@ class Executable:
         compiled = self._compile_for(self.check_inputs(inputs))
         self.backend.threads(self.config)   # numba's pool size is per calling thread
         b = self.backend
-        arena = compiled.pool.acquire()
+        bound = compiled.pool.acquire()
         try:
-            for name, (off, _) in compiled.plan.inputs.items():
-                b.write(arena, off, inputs[name])
-            self._launch_all(compiled, arena)
-            return {name: b.read(arena, off, shape) for name, (off, shape) in compiled.plan.outputs.items()}
+            for name, view in bound.inputs:
+                b.copy_into(view, inputs[name])
+            self._launch_all(bound)
+            return {name: b.copy_out(view) for name, view in bound.outputs}
         finally:
-            compiled.pool.release(arena)
+            compiled.pool.release(bound)
 
-    def _launch_all(self, compiled: Compiled, arena) -> None:
-        self._launch_each(compiled.calls, arena)
+    def _launch_all(self, bound) -> None:
+        self._launch_each(bound.calls)
 
     @staticmethod
-    def _launch_each(calls, arena):
-        """The thunks in order; a failure names the node, its record type and its kernel."""
+    def _launch_each(calls):
+        """The bound calls in order; a failure names the node, its record type and its kernel."""
         for fn, th in calls:
             try:
-                fn(th, arena)
+                fn()
             except Exception as e:
                 raise RuntimeError(f"{th.node} ({type(th.record).__name__}, algo {th.algo}) failed: {e}") from e
 
@@ -192,9 +221,9 @@ class Executable:
         from .arena import GUARD_VALUE
         bad = []
         for compiled in list(self._compiled.values()):
-            for arena in compiled.pool.idle():
+            for bound in compiled.pool.idle():
                 for off, n in compiled.plan.guards:
-                    zone = np.asarray(self.backend.read(arena, off, (n // 4,)))
+                    zone = np.asarray(self.backend.copy_out(self.backend.view(bound.arena, off, (n // 4,))))
                     if not (zone == np.float32(GUARD_VALUE)).all():
                         bad.append((off, n))
         return bad

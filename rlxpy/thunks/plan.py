@@ -58,11 +58,11 @@ def infer_concrete(nodes, params, input_shapes, order) -> Dict[int, Tuple[int, .
 
 
 def build_plan(nodes, params, outputs: Dict[str, int], input_shapes, config: Config, backend: Backend,
-               threads: int, plan_memory: bool = True, guard_bytes: int = 0) -> Plan:
+               threads: int, plan_memory: bool = True, guard_bytes: int = 0, algos=None) -> Plan:
     order = needed_nodes(nodes, outputs.values())
     shapes = infer_concrete(nodes, params, input_shapes, order)
     lower = LowerCtx(shapes, frozenset(params))
-    choose = ChoiceContext(config, threads)
+    choose = ChoiceContext(config, threads, dict(algos or {}))
     records, choices = [], []
     produced_at: Dict[int, int] = {}
     last_read: Dict[int, int] = {}

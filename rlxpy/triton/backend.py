@@ -6,6 +6,7 @@ channels-last copy of x is the thunk's scratch, its re-arranged weights are pers
 bytes (filled once per arena by a prepare step when the weight is a param)."""
 from __future__ import annotations
 
+from functools import partial
 from typing import Optional, Tuple
 
 import numpy as np
@@ -13,7 +14,7 @@ import torch
 
 from ..config import Config
 from ..thunks import records as R
-from ..thunks.backend import ChoiceContext, Kernel, table_kernel, table_prepare
+from ..thunks.backend import Binder, ChoiceContext, Kernel, table_kernel, table_prepare
 from ..thunks.records import Choice, Record, Thunk
 from . import dispatch as D
 
@@ -71,8 +72,9 @@ class TritonBackend:
             raise NotImplementedError(f"{record.node}: no GPU kernel for {type(record).__name__}")
         return Choice("simple", "Triton kernel")
 
-    def kernel(self, thunk: Thunk) -> Kernel:
-        return table_kernel(D.EXEC, thunk, "GPU")
+    def binder(self, thunk: Thunk) -> Binder:
+        fn = table_kernel(D.EXEC, thunk, "GPU")
+        return lambda arena: partial(fn, thunk, arena)
 
     def prepare(self, thunk: Thunk) -> Optional[Kernel]:
         return table_prepare(D.PREPARE, thunk)
@@ -86,12 +88,11 @@ class TritonBackend:
         n = int(np.prod(shape))
         return arena[off // 4:off // 4 + n].view(tuple(shape))
 
-    def write(self, arena, off: int, array) -> None:
-        src = array if isinstance(array, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(array))
-        self.view(arena, off, tuple(array.shape)).copy_(src)
+    def copy_into(self, view, array) -> None:
+        view.copy_(array if isinstance(array, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(array)))
 
-    def read(self, arena, off: int, shape: Tuple[int, ...]):
-        return self.view(arena, off, shape).clone()
+    def copy_out(self, view):
+        return view.clone()
 
     def fill(self, arena, off: int, nbytes: int, value: float) -> None:
         arena[off // 4:(off + nbytes) // 4].fill_(value)

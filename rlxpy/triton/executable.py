@@ -9,7 +9,7 @@ from typing import Dict, Optional
 
 from ..config import Config
 from ..ir.graph import Graph
-from ..thunks.executor import Compiled, Executable
+from ..thunks.executor import Executable
 
 # ops (and input ranks) with a GPU kernel
 _GPU_OPS = {"Conv": (3, 4), "Pool": (3, 4), "Conv2dBackwardInput": (4,), "Conv2dBackwardWeight": (4,),
@@ -125,39 +125,39 @@ class CudaExecutable(Executable):
         compiled = self._compile_for(self.check_inputs(inputs))
         b = self.backend
         with GATE.shared():                       # a new arena copies params and prepares weights
-            arena = compiled.pool.acquire()
+            bound = compiled.pool.acquire()
         try:
-            capture = self.use_graphs and self._graphs.get(id(arena), 0) == 1
+            capture = self.use_graphs and self._graphs.get(id(bound.arena), 0) == 1
             with GATE.exclusive() if capture else GATE.shared():
-                for name, (off, _) in compiled.plan.inputs.items():
-                    b.write(arena, off, inputs[name])
-                self._launch_all(compiled, arena)
-                outs = {name: b.read(arena, off, shape) for name, (off, shape) in compiled.plan.outputs.items()}
+                for name, view in bound.inputs:
+                    b.copy_into(view, inputs[name])
+                self._launch_all(bound)
+                outs = {name: b.copy_out(view) for name, view in bound.outputs}
                 if not return_tensors:            # the copy to the host synchronizes: inside the gate
                     outs = {name: t.cpu().numpy() for name, t in outs.items()}
             return outs
         finally:
-            compiled.pool.release(arena)
+            compiled.pool.release(bound)
 
-    def _launch_all(self, compiled: Compiled, arena) -> None:
+    def _launch_all(self, bound) -> None:
         """The thunks in order. With CUDA graphs on, an arena's first run launches them one by
         one (compiling and autotuning), its second captures them into a CUDA graph, and later
         runs replay it: one launch instead of a few Python-side launches per thunk, which
         cost more than the kernels of a small conv. The caller holds GATE (exclusively for a
         capture)."""
-        key = id(arena)
+        key = id(bound.arena)
         state = self._graphs.get(key, 0) if self.use_graphs else -1
         if isinstance(state, int) and state == 1:
-            state = self._capture(compiled.calls, arena)
+            state = self._capture(bound.calls)
             self._graphs[key] = state
         if isinstance(state, int):
-            self._launch_each(compiled.calls, arena)
+            self._launch_each(bound.calls)
             if state == 0:
                 self._graphs[key] = 1
         else:
             state.replay()
 
-    def _capture(self, calls, arena):
+    def _capture(self, calls):
         """A CUDA graph of the thunks (records, runs nothing), or -1 when they cannot be
         captured; on this executable's own stream, and the calling thread's current stream
         is the same afterwards whatever happens."""
@@ -166,7 +166,7 @@ class CudaExecutable(Executable):
         current = torch.cuda.current_stream()
         try:
             with torch.cuda.graph(graph, stream=self._capture_stream, capture_error_mode="thread_local"):
-                self._launch_each(calls, arena)
+                self._launch_each(calls)
             return graph
         except Exception:
             return -1
