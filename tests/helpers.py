@@ -24,6 +24,11 @@ def run_case(case, config=REFERENCE, seed=0, device="cpu"):
     return out, exe, inputs, params
 
 
+def main_thunk(exe):
+    """The thunk of the graph's one node (not a layout reorder the plan put around it)."""
+    return next(t for t in exe.thunks if type(t.record).__name__ != "Reorder")
+
+
 def assert_close(actual, expected, rtol, what=""):
     """Elementwise |a - e| <= rtol * max(1, max|e|): a relative bound that does not blow
     up where a single output happens to be near zero."""

@@ -7,6 +7,8 @@ accumulates in float64.
 - GEMM-based kernels (im2col, gemm1x1, col2im, depthwise, direct) accumulate in float32 in
   a different order: the error grows like sqrt(reduction length) * 2^-24, far under 1e-4
   for the reductions here (<= 64*9*... terms).
+- The vector kernels (nchwc_direct, nchwc_plain_in, simd_direct) accumulate in float32 with
+  FMAs, one rounding per multiply-add, in another order: 1e-4 as the GEMM kernels.
 - Winograd rounds in its transforms too: inputs are combined in sums of up to 4 terms and
   outputs of up to 9 (A^T M A), and the filter transform multiplies by 1/2, so each product
   carries a few extra roundings and cancellation between large partial sums: 1e-3.
@@ -19,30 +21,47 @@ from rlxpy.testing import cases
 from rlxpy.cpu_kernels import choose as algos
 from rlxpy.cpu_kernels import simd
 
-from helpers import REFERENCE, assert_close, rand, run_case, run_graph
+from helpers import REFERENCE, assert_close, main_thunk, rand, run_case, run_graph
 
 FAST = rx.Config()
 WINOGRAD = rx.Config(winograd=True)
 DIRECT = rx.Config(direct_conv=True)
 CONFIGS = {"default": FAST, "winograd": WINOGRAD, "direct": DIRECT}
-TOL = {"im2col": 1e-4, "gemm1x1": 1e-4, "direct": 1e-4, "depthwise": 1e-4, "simd_direct": 1e-4, "winograd": 1e-3}
+TOL = {"im2col": 1e-4, "gemm1x1": 1e-4, "direct": 1e-4, "depthwise": 1e-4, "simd_direct": 1e-4, "winograd": 1e-3,
+       "nchwc_direct": 1e-4, "nchwc_plain_in": 1e-4}
 
 
 def expected_conv2d_algo(config, case):
-    """DESIGN.md's precedence, restated from the case's own fields: Winograd, direct,
-    (depthwise), im2col; 1x1 unpadded stride-1 groups-1 -> GEMM."""
+    """DESIGN.md's precedence, restated from the case's own fields: Winograd, direct, then
+    the default rule: a plain-input vector conv for fewer input channels than lanes
+    (groups 1, up to 2-D), depthwise, the blocked vector conv where a group's channels are
+    whole blocks (or there is one group) and padding them to blocks adds at most a third,
+    im2col; 1x1 unpadded stride-1 groups-1 -> GEMM."""
     kw, (_, x), (_, w) = case.kw, case.inputs[0], case.params[0]
     nsp = len(x) - 2
-    k, stride, dilation = w[2:], _pair(kw["stride"], nsp), _pair(kw["dilation"], nsp)
-    if k == (1,) * nsp and stride == (1,) * nsp and kw["padding"] == 0 and kw["groups"] == 1:
+    lanes = simd.resolve_width(config.simd_width)
+    k, stride, dilation, groups = w[2:], _pair(kw["stride"], nsp), _pair(kw["dilation"], nsp), kw["groups"]
+    c, kout = x[1], w[0]
+    if k == (1,) * nsp and stride == (1,) * nsp and kw["padding"] == 0 and groups == 1:
         return "gemm1x1"
-    if config.winograd and k == (3, 3) and stride == (1, 1) and dilation == (1, 1) and kw["groups"] == 1:
+    if config.winograd and k == (3, 3) and stride == (1, 1) and dilation == (1, 1) and groups == 1:
         return "winograd"
     if config.direct_conv and all(s == 1 for s in stride) and all(d == 1 for d in dilation):
         return "direct"
-    if x[1] == kw["groups"]:      # one input channel per group
+    if nsp <= 2 and groups == 1 and c < lanes:
+        return "nchwc_plain_in"
+    if c == groups:      # one input channel per group
         return "depthwise"
+    blocks = lambda n: -(-n // lanes) * lanes  # noqa: E731
+    whole = groups == 1 or ((c // groups) % lanes == 0 and (kout // groups) % lanes == 0)
+    if nsp <= 2 and whole and (groups > 1 or blocks(c) * blocks(kout) <= 1.34 * c * kout):
+        return "nchwc_direct"
     return "im2col"
+
+
+def case_of_conv(n, c, h, w, k, ksize, **kw):
+    from rlxpy.testing import conv
+    return conv(n, c, (h, w), k, (ksize, ksize), **kw)
 
 
 def _pair(v, n):
@@ -60,7 +79,7 @@ def test_conv_fast_kernels_match_reference(case, name):
     ref, _, _, _ = run_case(case, REFERENCE, seed=20)
     out, exe, _, _ = run_case(case, config, seed=20)
     algo = expected_conv2d_algo(config, case)
-    assert exe.thunks[0].algo == algo, exe.explain()
+    assert main_thunk(exe).algo == algo, exe.explain()
     assert_close(out, ref, TOL[algo], f"{name} {algo} {case.id}")
 
 
@@ -77,10 +96,11 @@ def test_simd_direct_matches_reference_at_every_width(case, width):
     config = rx.Config(conv_algo="simd_direct", simd_width=width)
     ref, _, _, _ = run_case(case, REFERENCE, seed=21)
     out, exe, _, _ = run_case(case, config, seed=21)
-    th = exe.thunks[0]
+    th = main_thunk(exe)
     strided = any(s != 1 for s in _pair(case.kw["stride"], len(case.inputs[0][1]) - 2))
     if strided:
-        assert th.algo == expected_conv2d_algo(FAST, case) and "simd_direct not eligible (stride" in th.why
+        assert th.algo == expected_conv2d_algo(rx.Config(simd_width=width), case) and \
+            "simd_direct not eligible (stride" in th.why
     else:
         assert (th.algo, th.tiling.lanes) == ("simd_direct", width), exe.explain()
     assert_close(out, ref, TOL[th.algo], f"{th.algo} {width} {case.id}")
@@ -107,12 +127,13 @@ def test_conv_algo_flag():
 
 
 @pytest.mark.parametrize("algo, expected", [("naive", "naive"), ("im2col", "im2col"), ("winograd", "winograd"),
-                                            ("direct", "direct"), ("col2im", "im2col")])
+                                            ("direct", "direct"), ("nchwc_direct", "nchwc_direct"),
+                                            ("nchwc_plain_in", "nchwc_plain_in"), ("col2im", "nchwc_direct")])
 def test_conv_algo_forces_where_eligible_and_says_why_where_not(algo, expected):
     rng = np.random.default_rng(23)
-    _, exe = run_graph(lambda g, v: g.conv(v["x"], v["w"], padding=1), {"x": rand(rng, 1, 4, 8, 8)},
-                       {"w": rand(rng, 4, 4, 3, 3)}, rx.Config(conv_algo=algo))
-    th = exe.thunks[0]
+    _, exe = run_graph(lambda g, v: g.conv(v["x"], v["w"], padding=1), {"x": rand(rng, 1, 16, 8, 8)},
+                       {"w": rand(rng, 16, 16, 3, 3)}, rx.Config(conv_algo=algo))
+    th = main_thunk(exe)
     assert th.algo == expected
     assert (f"RLX_CONV_ALGO={algo} not eligible" in th.why) == (algo == "col2im")
 
@@ -164,7 +185,7 @@ def test_explain_says_why_winograd_was_not_taken():
     rng = np.random.default_rng(24)
     _, exe = run_graph(lambda g, v: g.conv(v["x"], v["w"], stride=2, padding=1), {"x": rand(rng, 1, 4, 8, 8)},
                        {"w": rand(rng, 4, 4, 3, 3)}, WINOGRAD)
-    assert exe.thunks[0].algo == "im2col"
+    assert main_thunk(exe).algo == expected_conv2d_algo(FAST, case_of_conv(1, 4, 8, 8, 4, 3, stride=2, padding=1))
     assert "winograd requested but stride (2, 2)" in exe.explain()
 
 
@@ -240,7 +261,8 @@ def test_per_node_algos_go_before_rlx_conv_algo_and_are_checked():
     th = {t.node: t for t in exe.thunks}
     assert th["a"].algo == "simd_direct" and "algos['a']=simd_direct" in th["a"].why
     assert th["b"].algo == "winograd"                     # RLX_CONV_ALGO where no override
-    assert th["c"].algo == "im2col" and "algos['c']=direct not eligible (stride (2, 2))" in th["c"].why
+    default = expected_conv2d_algo(FAST, case_of_conv(2, 4, 9, 9, 4, 3, stride=2))
+    assert th["c"].algo == default and "algos['c']=direct not eligible (stride (2, 2))" in th["c"].why
     xv = rand(rng, 2, 4, 9, 9)
     assert_close(exe.run({"x": xv})["y"], rx.compile(g, REFERENCE).run({"x": xv})["y"], TOL["winograd"])
     with pytest.raises(ValueError, match="no node named 'z'"):

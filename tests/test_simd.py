@@ -109,3 +109,51 @@ def test_a_width_the_cpu_cannot_run_is_refused(monkeypatch):
     assert simd.resolve_width(None) == 8 and simd.resolve_width(1) == 1
     with pytest.raises(ValueError, match="RLX_SIMD_WIDTH=16: this CPU can't run 16"):
         simd.resolve_width(16)
+
+
+@numba.njit
+def transpose_block(a, src, src_stride, src_rows, dst, dst_stride, dst_rows, L):
+    simd.vtranspose(a, src, src_stride, src_rows, dst, dst_stride, dst_rows, L)
+
+
+@numba.njit
+def columns(a, i, stride, nrows, count, L):
+    """Six vectors 100*p + lane as the columns of a W x 6 block at a[i:]."""
+    base = vload(a, 0, L)           # a[0:W] holds 0..W-1
+    simd.vstore_columns(a, i, stride, nrows, count, base, vadd(base, vsplat(100.0, L)),
+                        vadd(base, vsplat(200.0, L)), vadd(base, vsplat(300.0, L)),
+                        vadd(base, vsplat(400.0, L)), vadd(base, vsplat(500.0, L)))
+
+
+@pytest.mark.parametrize("W", WIDTHS)
+@pytest.mark.parametrize("src_rows, dst_rows", [(None, None), (3, None), (None, 2)])
+def test_vtranspose_moves_a_block_and_zero_fills_missing_rows(W, src_rows, dst_rows):
+    src_rows = W if src_rows is None else min(src_rows, W)
+    dst_rows = W if dst_rows is None else min(dst_rows, W)
+    rng = np.random.default_rng(W)
+    a = rng.standard_normal(4 * W * W + 64).astype(np.float32)
+    src, ss, dst, ds = 5, W + 3, 2 * W * W + 7, W + 1          # odd strides and offsets
+    block = np.stack([a[src + r * ss: src + r * ss + W] for r in range(W)])
+    block[src_rows:] = 0.0
+    before = a.copy()
+    transpose_block(a, src, ss, src_rows, dst, ds, dst_rows, lanes(W))
+    expected = before.copy()
+    for r in range(dst_rows):
+        expected[dst + r * ds: dst + r * ds + W] = block.T[r]
+    assert np.array_equal(a, expected)         # the rows written, and nothing else
+
+
+@pytest.mark.parametrize("W", WIDTHS)
+@pytest.mark.parametrize("nrows, count", [(99, 6), (3, 6), (99, 4), (1, 1)])
+def test_vstore_columns_writes_lane_r_of_column_p_to_row_r_and_nothing_else(W, nrows, count):
+    stride = 11
+    a = np.full(W + 16 * stride + 40, -7.0, np.float32)
+    a[:W] = np.arange(W)
+    i = W + 3
+    columns(a, i, stride, nrows, count, lanes(W))
+    expected = np.full_like(a, -7.0)
+    expected[:W] = np.arange(W)
+    for r in range(min(nrows, W)):
+        for p in range(count):
+            expected[i + r * stride + p] = 100 * p + r
+    assert np.array_equal(a, expected)

@@ -6,6 +6,7 @@ formula. Kernel names are listed in DESIGN.md; never reuse one for another kerne
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from math import ceil, prod
 from typing import Callable, Dict, List, Optional, Type
 
@@ -19,7 +20,8 @@ from .backward import weight_grad_slot_floats
 from .conv2d import winograd_filter_floats, winograd_slot_floats
 from .conv3d import im2col_slot_floats
 from .conv_transpose import col2im_slot_floats
-from . import direct_simd, simd
+from ..thunks.layout import blocked, lanes_of
+from . import direct_simd, nchwc, simd
 
 CHOOSE: Dict[Type[R.Record], Callable[[R.Record, ChoiceContext], Choice]] = {}
 chooser = registrar(CHOOSE, "CPU chooser")   # @chooser(RecordType)
@@ -51,17 +53,68 @@ def choose(rec: R.Record, ctx: ChoiceContext) -> Choice:
     made = "no such kernel for this record type" if make is None else make(rec, ctx)
     if isinstance(made, Choice):
         return _capped(made if source == "RLX_CONV_ALGO" else
-                       Choice(made.algo, made.why.replace("RLX_CONV_ALGO", source, 1), made.scratch_bytes,
-                              made.persistent_bytes, made.tiling))
+                       replace(made, why=made.why.replace("RLX_CONV_ALGO", source, 1)))
     ch = fn(rec, ctx)
-    return Choice(ch.algo, f"{source}={forced} not eligible ({made}); {ch.why}", ch.scratch_bytes,
-                  ch.persistent_bytes, ch.tiling)
+    return replace(ch, why=f"{source}={forced} not eligible ({made}); {ch.why}")
 
 
 def simd_direct_choice(g: ConvGeometry, ctx: ChoiceContext, why: str) -> Choice:
     lanes = simd.resolve_width(ctx.config.simd_width)
     return Choice("simd_direct", f"{why} ({lanes} lanes)", 4 * direct_simd.scratch_floats(g, lanes),
                   4 * direct_simd.packed_weight_floats(g), Tiling(lanes=lanes))
+
+
+def _then(passed) -> str:
+    return "".join(f"; {p}" for p in passed)
+
+
+def nchwc_choice(g: ConvGeometry, ctx: ChoiceContext, why: str, passed=()) -> Choice:
+    lanes = simd.resolve_width(ctx.config.simd_width)
+    chunk, _ = nchwc.items(g.lifted(2), lanes, ctx.threads)
+    return _capped(Choice("nchwc_direct", f"{why} (NCHW{lanes}c, 6 pixels x 2 blocks of {lanes} channels a "
+                                          f"tile){_then(passed)}",
+                          0, 4 * nchwc.packed_floats(g.lifted(2), lanes), Tiling(tile=chunk, lanes=lanes),
+                          (("x", blocked(lanes)), ("y", blocked(lanes))), plain_ok=("y",)))
+
+
+# Past this share of padded channels (in x out, over the real ones) the blocked kernel's
+# wasted FMAs cost more than im2col's column fill: the RGB stem (3 -> 64 at 8 lanes: 2.7x).
+NCHWC_MAX_WASTE = 1.34
+
+
+def plain_in_choice(g: ConvGeometry, ctx: ChoiceContext, why: str, passed=()) -> Choice:
+    lanes = simd.resolve_width(ctx.config.simd_width)
+    chunk, _ = nchwc.items(g.lifted(2), lanes, ctx.threads)
+    return _capped(Choice("nchwc_plain_in", f"{why} (x read in place, y NCHW{lanes}c: 6 pixels x 2 blocks of "
+                                            f"{lanes} channels a tile){_then(passed)}",
+                          0, 4 * nchwc.plain_in_packed_floats(g.lifted(2), lanes), Tiling(tile=chunk, lanes=lanes),
+                          (("y", blocked(lanes)),), plain_ok=("y",)))
+
+
+def _forced_plain_in(rec, ctx):
+    r = nchwc.plain_in_eligible(rec.geometry, simd.resolve_width(ctx.config.simd_width))
+    return plain_in_choice(rec.geometry, ctx, f"{_WHY}=nchwc_plain_in") if r is None else r
+
+
+def nchwc_default_reason(g: ConvGeometry, lanes: int) -> Optional[str]:
+    """None when the default rule takes nchwc_direct, else why not."""
+    why = nchwc.eligible(g, lanes)
+    if why is not None:
+        return f"no vector kernel: {why}"
+    c, k = g.x_shape[1], g.y_shape[1]
+    waste = (-(-c // lanes) * -(-k // lanes) * lanes * lanes) / (c * k) if g.groups == 1 else 1.0
+    if waste > NCHWC_MAX_WASTE:
+        return f"{c} -> {k} channels would be {waste:.1f}x padded in blocks of {lanes}"
+    return None
+
+
+def _nchwc_reason(rec, ctx):
+    return nchwc.eligible(rec.geometry, simd.resolve_width(ctx.config.simd_width))
+
+
+def _forced_nchwc(rec, ctx):
+    r = _nchwc_reason(rec, ctx)
+    return nchwc_choice(rec.geometry, ctx, f"{_WHY}=nchwc_direct") if r is None else r
 
 
 def _forced(build, reason=lambda g: None):
@@ -104,6 +157,10 @@ FORCED = {
                                        direct_simd.eligible),
     (R.Conv2D1x1, "simd_direct"): _forced(lambda rec, ctx: simd_direct_choice(rec.geometry, ctx, f"{_WHY}=simd_direct"),
                                           direct_simd.eligible),
+    (R.Conv2D, "nchwc_direct"): _forced_nchwc,
+    (R.Conv2D1x1, "nchwc_direct"): _forced_nchwc,
+    (R.Conv2D, "nchwc_plain_in"): _forced_plain_in,
+    (R.Conv2D1x1, "nchwc_plain_in"): _forced_plain_in,
 }
 
 
@@ -220,9 +277,16 @@ def choose_conv2d(rec: R.Conv2D, ctx: ChoiceContext) -> Choice:
     if config.direct_conv and direct is None:
         return Choice("direct", "RLX_DIRECT_CONV on: stride 1, dilation 1; " + "; ".join(passed))
     passed.append(_not_taken("direct", "RLX_DIRECT_CONV", config.direct_conv, direct))
+    lanes = simd.resolve_width(config.simd_width)
+    if g.groups == 1 and g.x_shape[1] < lanes and nchwc.plain_in_eligible(g, lanes) is None:
+        return plain_in_choice(g, ctx, f"vector direct conv, {g.x_shape[1]} input channels (< {lanes} lanes)",
+                               passed)
     if is_depthwise(g):
         return Choice("depthwise", "one input channel per group: per-channel kernel; " + "; ".join(passed))
-    return im2col_choice(g, ctx, "im2col+GEMM; " + "; ".join(passed))
+    blocked_why = nchwc_default_reason(g, lanes)
+    if blocked_why is None:
+        return nchwc_choice(g, ctx, "vector direct conv", passed)
+    return im2col_choice(g, ctx, f"im2col+GEMM ({blocked_why}); " + "; ".join(passed))
 
 
 @chooser(R.Conv2D1x1)
@@ -301,3 +365,10 @@ def choose_im2col(rec, ctx: ChoiceContext) -> Choice:
 @chooser(R.ResizeNearest2x)
 def choose_resize_nearest2x(rec, ctx: ChoiceContext) -> Choice:
     return parallel("resize_nearest2x", ctx.config)
+
+
+@chooser(R.Reorder)
+def choose_reorder(rec, ctx: ChoiceContext) -> Choice:
+    g = rec.geometry
+    lanes = lanes_of(g.dst) or lanes_of(g.src)
+    return Choice("reorder", f"{g.src} -> {g.dst}: the layout its consumer reads", tiling=Tiling(lanes=lanes))

@@ -6,6 +6,7 @@ Registered here, next to the calls they make."""
 from __future__ import annotations
 
 from functools import partial
+from math import prod
 from typing import Callable, Dict, Tuple, Type
 
 import numpy as np
@@ -13,8 +14,9 @@ import numpy as np
 from ..registry import registrar
 from ..thunks import records as R
 from ..thunks.arena import view
+from ..thunks.layout import PLAIN, lanes_of
 from ..thunks.records import Thunk
-from . import backward, conv2d, conv3d, conv_transpose, direct_simd, im2col, pool, resize, simd
+from . import backward, conv2d, conv3d, conv_transpose, direct_simd, im2col, nchwc, pool, resize, simd
 
 EXEC: Dict[Tuple[Type[R.Record], str], Callable[[Thunk, np.ndarray], None]] = {}
 runs = registrar(EXEC, "CPU kernel")            # @runs(RecordType, algo)
@@ -232,6 +234,79 @@ def conv_simd_direct(t, arena):
         direct_simd.pad_input(*pad)
         direct_simd.conv2d_simd_direct(*args)
     return run, ()
+
+
+def _nchwc_pack_args(t, arena):
+    g = t.record.geometry.lifted(2)
+    lanes = t.tiling.lanes
+    w = at(t, arena, "w", (g.y_shape[1], g.cin_g) + tuple(g.kernel))
+    return (w, bias_of(t, arena), arena, t.persistent_off // 4, g.groups, *nchwc.group_blocks(g, lanes),
+            simd.lanes(lanes))
+
+
+@prepares(R.Conv2D, "nchwc_direct")
+@prepares(R.Conv2D1x1, "nchwc_direct")
+def nchwc_prepare(t, arena):
+    """A param's weights and bias packed into the kernel's blocks, once per arena."""
+    return nchwc.pack, _nchwc_pack_args(t, arena)
+
+
+@runs(R.Conv2D, "nchwc_direct")
+@runs(R.Conv2D1x1, "nchwc_direct")
+def conv_nchwc_direct(t, arena):
+    g = t.record.geometry.lifted(2)
+    lanes = t.tiling.lanes
+    (_, h, wi), (_, oh, ow) = g.x_shape[1:], g.y_shape[1:]
+    args = (arena, t.off("x") // 4, t.persistent_off // 4, t.off("y") // 4, t.layout("y") == PLAIN, g.y_shape[1],
+            g.x_shape[0], h, wi, oh, ow,
+            *g.kernel, *g.stride, *g.pad_begin, *g.dilation, g.groups, *nchwc.group_blocks(g, lanes),
+            t.tiling.tile, simd.lanes(lanes))
+    if t.record.weight_const:          # packed once per arena by nchwc_prepare
+        return nchwc.conv, args
+    pack = _nchwc_pack_args(t, arena)
+
+    def run():                         # a weight that is a graph input changes every run
+        nchwc.pack(*pack)
+        nchwc.conv(*args)
+    return run, ()
+
+
+def _plain_in_pack_args(t, arena):
+    g = t.record.geometry.lifted(2)
+    w = at(t, arena, "w", (g.y_shape[1], g.cin_g) + tuple(g.kernel))
+    return w, bias_of(t, arena), arena, t.persistent_off // 4, simd.lanes(t.tiling.lanes)
+
+
+@prepares(R.Conv2D, "nchwc_plain_in")
+@prepares(R.Conv2D1x1, "nchwc_plain_in")
+def plain_in_prepare(t, arena):
+    return nchwc.pack_plain_in, _plain_in_pack_args(t, arena)
+
+
+@runs(R.Conv2D, "nchwc_plain_in")
+@runs(R.Conv2D1x1, "nchwc_plain_in")
+def conv_nchwc_plain_in(t, arena):
+    g = t.record.geometry.lifted(2)
+    (c, h, wi), (_, oh, ow) = g.x_shape[1:], g.y_shape[1:]
+    args = (arena, t.off("x") // 4, t.persistent_off // 4, t.off("y") // 4, t.layout("y") == PLAIN, g.y_shape[1],
+            g.x_shape[0], c, h, wi, oh, ow, *g.kernel, *g.stride, *g.pad_begin, *g.dilation, t.tiling.tile,
+            simd.lanes(t.tiling.lanes))
+    if t.record.weight_const:
+        return nchwc.conv_plain_in, args
+    pack = _plain_in_pack_args(t, arena)
+
+    def run():
+        nchwc.pack_plain_in(*pack)
+        nchwc.conv_plain_in(*args)
+    return run, ()
+
+
+@runs(R.Reorder, "reorder")
+def reorder(t, arena):
+    g = t.record.geometry
+    kernel = nchwc.to_blocked if lanes_of(g.dst) else nchwc.from_blocked
+    return kernel, (arena, t.off("x") // 4, t.off("y") // 4, g.shape[0], g.shape[1], prod(g.shape[2:]),
+                    simd.lanes(t.tiling.lanes))
 
 
 @runs(R.ConvTranspose2d, "col2im")

@@ -19,6 +19,9 @@ argument measured 60 ms per call: each call retries the non-literal compile firs
     vstore(a, i, v)         a[i:i+W] = v
     vstore_tail(a, i, v, n) a[i:i+n] = v[:n]
     vsplat(x, W)            x in every lane                     (insertelement + shufflevector)
+    vbcast(a, i, W)         a[i] in every lane                  (vbroadcastss from memory)
+    vtranspose(a, ...)      a W x W block of a, transposed      (log2(W) stages of shufflevector)
+    vstore_columns(a, ...)  6 vectors as columns of W rows      (transpose, masked stores)
     vzero(W)                zeros
     vfma(a, b, c)           a*b + c, one rounding               (llvm.fma.vWf32)
     vadd, vmul(a, b)        lane-wise                           (fadd, fmul)
@@ -210,6 +213,121 @@ def vsplat(typingctx, x, w):
     def codegen(context, builder, sig, args):
         return _splat(builder, context.cast(builder, args[0], sig.args[0], types.float32), W)
     return vec(W)(x, w), codegen
+
+
+@intrinsic(prefer_literal=True)
+def vbcast(typingctx, a, i, w):
+    """a[i] in every lane: one scalar load (no wraparound of a negative index) and a splat."""
+    W = _width(w)
+    if W is None or not _is_f32_array(a):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ptr = _element_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+        return _splat(builder, builder.load(ptr, align=4), W)
+    return vec(W)(a, i, w), codegen
+
+
+def _transposed(builder, rows, W):
+    """W vectors of W lanes, transposed: log2(W) stages, stage s swapping bit s of the row
+    and the lane index (the off-diagonal s x s blocks of every 2s x 2s block)."""
+    rows = list(rows)
+    s = 1
+    while s < W:
+        for i in range(W):
+            if i & s:
+                continue
+            lo = [lane if not lane & s else W + (lane ^ s) for lane in range(W)]
+            hi = [(lane ^ s) if not lane & s else W + lane for lane in range(W)]
+            a_, b_ = rows[i], rows[i ^ s]
+            rows[i] = builder.shuffle_vector(a_, b_, ir.Constant(ir.VectorType(_I32, W), lo))
+            rows[i ^ s] = builder.shuffle_vector(a_, b_, ir.Constant(ir.VectorType(_I32, W), hi))
+        s *= 2
+    return rows
+
+
+@intrinsic(prefer_literal=True)
+def vtranspose(typingctx, a, src, src_stride, src_rows, dst, dst_stride, dst_rows, w):
+    """A W x W block transposed: rows r < src_rows of a[src + r * src_stride:][:W] (the
+    others zero) in, rows r < dst_rows of the transpose out to a[dst + r * dst_stride:][:W].
+    log2(W) stages of shufflevector, each swapping one bit of the row and lane indices."""
+    W = _width(w)
+    if W is None or not _is_f32_array(a):
+        return None
+    vt = ir.VectorType(_F32, W)
+
+    def codegen(context, builder, sig, args):
+        arr, i64 = args[0], ir.IntType(64)
+        src_, sstride, srows, dst_, dstride, drows = (context.cast(builder, v, t, types.intp)
+                                                      for v, t in zip(args[1:7], sig.args[1:7]))
+        base = context.make_array(sig.args[0])(context, builder, arr).data
+        rows = []
+        for r in range(W):
+            slot = cgutils.alloca_once_value(builder, ir.Constant(vt, [0.0] * W))
+            with builder.if_then(builder.icmp_signed(">", srows, ir.Constant(i64, r))):
+                at = builder.add(src_, builder.mul(sstride, ir.Constant(i64, r)))
+                builder.store(builder.load(builder.bitcast(builder.gep(base, [at]), vt.as_pointer()), align=4), slot)
+            rows.append(builder.load(slot))
+        rows = _transposed(builder, rows, W)
+        for r in range(W):
+            with builder.if_then(builder.icmp_signed(">", drows, ir.Constant(i64, r))):
+                at = builder.add(dst_, builder.mul(dstride, ir.Constant(i64, r)))
+                builder.store(rows[r], builder.bitcast(builder.gep(base, [at]), vt.as_pointer()), align=4)
+        return context.get_dummy_value()
+    return types.void(a, src, src_stride, src_rows, dst, dst_stride, dst_rows, w), codegen
+
+
+def _masked_store(builder, value, ptr, count, W):
+    """Lanes < count of value to ptr (llvm.masked.store: vmaskmovps with AVX2, a k-mask
+    with AVX-512): nothing past them is touched."""
+    vt = ir.VectorType(_F32, W)
+    vi = ir.VectorType(_I32, W)
+    one = builder.insert_element(ir.Constant(vi, ir.Undefined), builder.trunc(count, _I32), ir.Constant(_I32, 0))
+    mask = builder.icmp_signed("<", ir.Constant(vi, list(range(W))),
+                               builder.shuffle_vector(one, ir.Constant(vi, ir.Undefined), ir.Constant(vi, [0] * W)))
+    pt = builder.bitcast(ptr, vt.as_pointer())
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [vt, pt.type, _I32, mask.type]),
+                                        f"llvm.masked.store.v{W}f32.p0")
+    builder.call(fn, [value, pt, ir.Constant(_I32, 4), mask])
+
+
+@intrinsic
+def vstore_columns(typingctx, a, i, stride, nrows, count, v0, v1, v2, v3, v4, v5):
+    """Six vectors as the columns of a W x 6 block: lane r of v_p to a[i + r * stride + p],
+    for rows r < nrows and columns p < count (a tile of 6 pixels x W channels into W
+    planes of plain NCHW: a transpose in registers, then one masked store per row)."""
+    vs = (v0, v1, v2, v3, v4, v5)
+    if not (_is_f32_array(a) and _same_vecs(*vs)):
+        return None
+    W = v0.width
+
+    def codegen(context, builder, sig, args):
+        i64 = ir.IntType(64)
+        ptr = _element_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+        stride_, nrows_, count_ = (context.cast(builder, v, t, types.intp) for v, t in zip(args[2:5], sig.args[2:5]))
+        cols = list(args[5:11])
+        if W < len(cols):                   # W = 1: one row, element by element
+            for p, v in enumerate(cols):
+                with builder.if_then(builder.icmp_signed(">", count_, ir.Constant(i64, p))):
+                    builder.store(builder.extract_element(v, ir.Constant(_I32, 0)),
+                                  builder.gep(ptr, [ir.Constant(i64, p)]))
+            return context.get_dummy_value()
+        rows = _transposed(builder, cols + [ir.Constant(ir.VectorType(_F32, W), [0.0] * W)] * (W - len(cols)), W)
+        full = builder.icmp_signed("==", count_, ir.Constant(i64, len(cols)))
+        for r in range(W):
+            with builder.if_then(builder.icmp_signed(">", nrows_, ir.Constant(i64, r))):
+                at = builder.gep(ptr, [builder.mul(stride_, ir.Constant(i64, r))])
+                with builder.if_else(full) as (whole, part):
+                    with whole:     # 4 + 2 lanes, plain stores (a masked store is slow on AMD before Zen 4)
+                        for first, n in ((0, 4), (4, 2)):
+                            sub = builder.shuffle_vector(rows[r], ir.Constant(rows[r].type, ir.Undefined),
+                                                         ir.Constant(ir.VectorType(_I32, n), list(range(first, first + n))))
+                            dst = builder.bitcast(builder.gep(at, [ir.Constant(i64, first)]), sub.type.as_pointer())
+                            builder.store(sub, dst, align=4)
+                    with part:
+                        _masked_store(builder, rows[r], at, count_, W)
+        return context.get_dummy_value()
+    return types.void(a, i, stride, nrows, count, v0, v1, v2, v3, v4, v5), codegen
 
 
 @intrinsic(prefer_literal=True)

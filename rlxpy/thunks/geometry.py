@@ -103,6 +103,14 @@ class ResizeGeometry:
     x_shape: Ints      # [N, C, H, W] -> [N, C, 2H, 2W]
 
 
+@dataclass(frozen=True, slots=True)
+class ReorderGeometry:
+    """A layout change of one tensor (rlxpy.thunks.layout): its logical shape, from, to."""
+    shape: Ints
+    src: str
+    dst: str
+
+
 def _pads(padding) -> Tuple[Ints, Ints]:
     return tuple(p[0] for p in padding), tuple(p[1] for p in padding)
 

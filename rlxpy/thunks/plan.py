@@ -1,9 +1,11 @@
 """Build a Plan for concrete input shapes: infer shapes, lower every needed node through
 its compile rule, ask the backend to choose each record's kernel (and so its scratch and
-persistent bytes), plan the arena, bind offsets into thunks."""
+persistent bytes and the layouts it reads and writes), insert a Reorder record wherever a
+value is stored in another layout than its consumer (or a graph output) reads, plan the
+arena, bind offsets into thunks."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Dict, List, Tuple
 
 import numpy as np
@@ -14,7 +16,9 @@ from ..ir.shape import numel
 from . import arena as A
 from .backend import Backend, ChoiceContext
 from .compile import LowerCtx, lookup
-from .records import ABSENT, Thunk
+from .geometry import ReorderGeometry
+from .layout import PLAIN, stored_bytes
+from .records import ABSENT, Choice, Record, Reorder, Thunk
 
 _FOREVER = 1 << 60
 SOURCES = ("Input", "Param")
@@ -31,6 +35,7 @@ class Plan:
     sum_value_bytes: int                              # what an unplanned arena would need
     params: Tuple[Tuple[int, np.ndarray], ...]        # (offset, array) copied in when an arena is made
     guards: Tuple[Tuple[int, int], ...] = ()          # (offset, bytes) of guard zones (tests)
+    layouts: Dict[int, str] = field(default_factory=dict)   # value id -> stored layout, where not plain
 
 
 def needed_nodes(nodes, outputs) -> List[int]:
@@ -63,24 +68,27 @@ def build_plan(nodes, params, outputs: Dict[str, int], input_shapes, config: Con
     shapes = infer_concrete(nodes, params, input_shapes, order)
     lower = LowerCtx(shapes, frozenset(params))
     choose = ChoiceContext(config, threads, dict(algos or {}))
-    records, choices = [], []
+    records: List[Record] = []
+    choices: List[Choice] = []
     produced_at: Dict[int, int] = {}
     last_read: Dict[int, int] = {}
     extra: List[A.Buffer] = []            # scratch (live during its thunk) and persistent (always)
     slots: List[Tuple[int, int]] = []     # per thunk: (scratch id, persistent id), ABSENT if none
+    layout_of: Dict[int, str] = {}        # value id -> stored layout, where not plain
+    converted: Dict[Tuple[int, str], int] = {}
+    new_values: List[int] = []            # values the plan adds (reordered copies)
     next_id = len(nodes)
-    for i in order:
-        node = nodes[i]
-        if node.op in SOURCES:
-            continue
+
+    def emit(rec: Record, choice: Choice) -> None:
+        nonlocal next_id
         t = len(records)
-        rec = lookup(node.op)(node, lower)
-        choice = backend.choose(rec, choose)
         records.append(rec)
         choices.append(choice)
-        produced_at[i] = t
-        for v in node.inputs:
-            last_read[v] = t
+        for role in rec.OUTPUTS:
+            produced_at[getattr(rec, role)] = t
+        for role in rec.INPUTS:
+            if getattr(rec, role) != ABSENT:
+                last_read[getattr(rec, role)] = t
         ids = []
         for nbytes, first, last in ((choice.scratch_bytes, t, t), (choice.persistent_bytes, -1, _FOREVER)):
             if nbytes > 0:
@@ -90,10 +98,61 @@ def build_plan(nodes, params, outputs: Dict[str, int], input_shapes, config: Con
             else:
                 ids.append(ABSENT)
         slots.append(tuple(ids))
+
+    def stored_as(vid: int, layout: str) -> int:
+        """The value in this layout: itself, or a reordered copy (made once per layout)."""
+        nonlocal next_id
+        have = layout_of.get(vid, PLAIN)
+        if have == layout:
+            return vid
+        if (vid, layout) not in converted:
+            new = next_id
+            next_id += 1
+            shapes[new] = shapes[vid]
+            if layout != PLAIN:
+                layout_of[new] = layout
+            rec = Reorder(f"{nodes[vid].name}:{layout}", ReorderGeometry(shapes[vid], have, layout), x=vid, y=new)
+            emit(rec, backend.choose(rec, choose))
+            new_values.append(new)
+            converted[(vid, layout)] = new
+        return converted[(vid, layout)]
+
+    lowered = []                          # (record, choice) per node, chosen before any layout is fixed
+    for i in order:
+        node = nodes[i]
+        if node.op not in SOURCES:
+            rec = lookup(node.op)(node, lower)
+            lowered.append((rec, backend.choose(rec, choose)))
+    # A value is stored in a blocked layout when its producer must write it so, or may and
+    # some consumer prefers it so; else plain (and a consumer that wants it blocked gets a
+    # reordered copy, made once).
+    wanted_by = {}
+    for rec, choice in lowered:
+        for role, layout in choice.layouts:
+            if role in rec.INPUTS:
+                wanted_by.setdefault(getattr(rec, role), set()).add(layout)
+    for rec, choice in lowered:
+        prefers = dict(choice.layouts)
+        moved = {}
+        for role in rec.INPUTS:
+            vid = getattr(rec, role)
+            if vid == ABSENT:
+                continue
+            want, have = prefers.get(role, PLAIN), layout_of.get(vid, PLAIN)
+            if have != want and not (have == PLAIN and role in choice.plain_ok):
+                moved[role] = stored_as(vid, want)
+        rec = replace(rec, **moved)
+        for role in rec.OUTPUTS:
+            want, vid = prefers.get(role, PLAIN), getattr(rec, role)
+            if want != PLAIN and (role not in choice.plain_ok or want in wanted_by.get(vid, ())):
+                layout_of[vid] = want
+        emit(rec, choice)
+    outputs = {name: stored_as(v, PLAIN) for name, v in outputs.items()}
+    values = list(order) + new_values
     pinned = set(outputs.values()) | {i for i in order if nodes[i].op in SOURCES}
-    buffers = [A.Buffer(i, 4 * numel(shapes[i]), -1 if i in pinned else produced_at[i],
+    buffers = [A.Buffer(i, stored_bytes(shapes[i], layout_of.get(i, PLAIN)), -1 if i in pinned else produced_at[i],
                         _FOREVER if i in pinned else last_read.get(i, produced_at[i]))
-               for i in order] + extra
+               for i in values] + extra
     if guard_bytes:
         if plan_memory:
             raise ValueError("guard_bytes needs plan_memory=False: with reuse a guard zone may hold another value")
@@ -104,7 +163,8 @@ def build_plan(nodes, params, outputs: Dict[str, int], input_shapes, config: Con
     thunks = []
     for rec, choice, (sid, pid) in zip(records, choices, slots):
         th = Thunk(rec, choice.algo, choice.why, tuple(offsets[v] for v in rec.value_ids()),
-                   offsets[sid], choice.scratch_bytes, offsets[pid], choice.persistent_bytes, choice.tiling)
+                   offsets[sid], choice.scratch_bytes, offsets[pid], choice.persistent_bytes, choice.tiling,
+                   tuple((r, layout_of[v]) for r, v in zip(rec.roles(), rec.value_ids()) if v in layout_of))
         assert all(o == ABSENT or o % A.ALIGN == 0 for o in th.offsets + (th.scratch_off, th.persistent_off))
         thunks.append(th)
     in_names = {nodes[i].name: i for i in order if nodes[i].op == "Input"}
@@ -115,4 +175,4 @@ def build_plan(nodes, params, outputs: Dict[str, int], input_shapes, config: Con
         shapes=shapes,
         sum_value_bytes=sum(A.align(max(b.nbytes, 1)) for b in buffers),
         params=tuple((offsets[i], params[i]) for i in order if nodes[i].op == "Param"),
-        guards=guards)
+        guards=guards, layouts=layout_of)

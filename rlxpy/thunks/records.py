@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Tuple
 
-from .geometry import ConvGeometry, Im2ColGeometry, PoolGeometry, ResizeGeometry
+from .layout import PLAIN
+from .geometry import ConvGeometry, Im2ColGeometry, PoolGeometry, ReorderGeometry, ResizeGeometry
 
 ABSENT = -1   # a role with no value (a conv without bias), as value id and as offset
 
@@ -140,6 +141,17 @@ class ResizeNearest2x(Record):
 
 
 @dataclass(frozen=True, slots=True)
+class Reorder(Record):
+    """A layout change the plan builder inserts (no graph node: `node` names the value and
+    the layout, as "conv1:nchw8c")."""
+    INPUTS: ClassVar = ("x",)
+    OUTPUTS: ClassVar = ("y",)
+    geometry: ReorderGeometry
+    x: int
+    y: int
+
+
+@dataclass(frozen=True, slots=True)
 class Tiling:
     """How a kernel cuts its work (CPU kernels; a backend with no tiling leaves the defaults)."""
     tile: int = 0        # im2col: output rows per column tile; winograd: 2x2 tiles per block; gemm1x1: columns
@@ -155,6 +167,11 @@ class Choice:
     scratch_bytes: int = 0          # live only while the thunk runs (per-worker slots included)
     persistent_bytes: int = 0       # kept for the arena's life (packed or re-arranged weights)
     tiling: Tiling = Tiling()
+    layouts: Tuple[Tuple[str, str], ...] = ()   # (role, layout) the kernel prefers, where not plain (NCHWc)
+    plain_ok: Tuple[str, ...] = ()              # roles among those it can also read or write plain
+
+    def layout(self, role: str) -> str:
+        return dict(self.layouts).get(role, PLAIN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +186,10 @@ class Thunk:
     persistent_off: int = ABSENT
     persistent_bytes: int = 0
     tiling: Tiling = Tiling()
+    layouts: Tuple[Tuple[str, str], ...] = ()   # (role, layout) as stored in the arena, where not plain
+
+    def layout(self, role: str) -> str:
+        return dict(self.layouts).get(role, PLAIN)
 
     @property
     def node(self) -> str:

@@ -1,0 +1,427 @@
+"""NCHWc: the CPU backend's channel-blocked activation layout, its reorders, and the
+register-tiled direct convolution that runs in it (algo `nchwc_direct`).
+
+A tensor [N, C, *S] is stored as [N, CB, prod(S), V] with CB = ceil(C / V) and V the
+vector width (RLX_SIMD_WIDTH; rlxpy.thunks.layout): one vector holds V channels of one pixel, as in
+onnxruntime's NCHWc and oneDNN's nChw16c. Channels past C are zero in every blocked
+tensor a kernel here writes, so a consumer may read whole vectors.
+
+The conv tile is 6 output pixels x 2 blocks of V output channels: 12 vector accumulators,
+and per input channel 2 vector loads of weights and 6 broadcasts of x (15 of AVX2's 16
+registers; AVX-512 has 32). Pixels run along the flattened output plane, so a tile may
+span two rows and a 7x7 plane wastes no more than one tile. A pixel whose tap falls in the
+padding reads from V zeros kept after the packed weights: the inner loop has no branch.
+
+The kernels take the arena as one flat float32 array and offsets in floats; the vector
+intrinsics index it without numba's wraparound of negative indices.
+"""
+from __future__ import annotations
+
+from math import ceil, prod
+
+import numpy as np
+from numba import prange
+
+from .jit import inlined, parallel_kernel
+from .simd import nlanes, vadd, vbcast, vfma, vload, vstore, vstore_columns, vtranspose, vzero
+
+TP = 6          # output pixels per tile
+BLOCKS = 2      # blocks of V output channels per tile
+
+
+def eligible(g, lanes: int):
+    """None when nchwc_direct can run the conv, else why not (the channels of a group
+    must be whole blocks, unless there is one group)."""
+    if g.spatial_rank > 2:
+        return f"{g.spatial_rank}-D"
+    if g.groups > 1 and (g.cin_g % lanes or g.cout_g % lanes):
+        return f"{g.cin_g} -> {g.cout_g} channels per group are not whole blocks of {lanes}"
+    return None
+
+
+def group_blocks(g, lanes: int) -> tuple:
+    """(input blocks, output blocks) of one group."""
+    if g.groups == 1:
+        return -(-g.x_shape[1] // lanes), -(-g.y_shape[1] // lanes)
+    return g.cin_g // lanes, g.cout_g // lanes
+
+
+def packed_floats(g, lanes: int) -> int:
+    """Packed weights [out block, in block of its group, kh, kw, V in, V out], then the bias
+    padded to whole blocks, then V zeros (what taps in the padding read)."""
+    cbg, ocb_g = group_blocks(g, lanes)
+    taps = prod(g.kernel)
+    ocb = ocb_g * g.groups
+    return ocb * cbg * taps * lanes * lanes + ocb * lanes + lanes
+
+
+def items(g, lanes: int, threads: int) -> tuple:
+    """(pixels per work item, work items): a whole number of tiles per item, about 8, and
+    at least 4 items per thread where the plane allows it."""
+    p = prod(g.y_shape[2:])
+    _, ocb_g = group_blocks(g, lanes)
+    outer = g.x_shape[0] * g.groups * -(-ocb_g // BLOCKS)
+    tiles = -(-p // TP)
+    per = min(8, tiles)
+    while per > 1 and outer * ceil(tiles / per) < 4 * threads:
+        per -= 1
+    return per * TP, outer * ceil(tiles / per)
+
+
+@parallel_kernel
+def pack(w, b, a, p0, groups, CBg, OCBg, L):
+    """w [K, C/groups, KH, KW] (and b [K] or empty) into a[p0:]: see packed_floats."""
+    V = nlanes(L)
+    K, Cg, KH, KW = w.shape
+    Kg = K // groups
+    OCB = OCBg * groups
+    T = KH * KW
+    for ob in prange(OCB):
+        g = ob // OCBg
+        for ib in range(CBg):
+            for t in range(T):
+                i = t // KW
+                j = t - i * KW
+                base = p0 + ((ob * CBg + ib) * T + t) * V * V
+                for ci in range(V):
+                    c = ib * V + ci                  # channel within the group
+                    for co in range(V):
+                        k = (ob - g * OCBg) * V + co  # output channel within the group
+                        ok = c < Cg and k < Kg
+                        a[base + ci * V + co] = w[g * Kg + k, c, i, j] if ok else np.float32(0.0)
+    tail = p0 + OCB * CBg * T * V * V
+    for k in range(OCB * V + V):
+        g = k // (OCBg * V)
+        kk = k - g * OCBg * V
+        a[tail + k] = b[g * Kg + kk] if (b.size > 0 and k < OCB * V and kk < Kg) else np.float32(0.0)
+
+
+@parallel_kernel
+def to_blocked(a, src, dst, N, C, S, L):
+    """a[src:] plain [N, C, S] -> a[dst:] blocked [N, CB, S, V], zeros past C: V x V blocks
+    (V channels x V pixels) transposed in registers."""
+    CB = (C + nlanes(L) - 1) // nlanes(L)
+    for q in prange(N * CB):
+        V = nlanes(L)
+        n = q // CB
+        c0 = (q - n * CB) * V
+        nc = min(V, C - c0)
+        s_in = src + (n * C + c0) * S
+        s_out = dst + q * S * V
+        body = S - S % V
+        for s0 in range(0, body, V):
+            vtranspose(a, s_in + s0, S, nc, s_out + s0 * V, V, V, L)
+        for s in range(body, S):
+            for c in range(V):
+                a[s_out + s * V + c] = a[s_in + c * S + s] if c < nc else np.float32(0.0)
+
+
+@parallel_kernel
+def from_blocked(a, src, dst, N, C, S, L):
+    """a[src:] blocked [N, CB, S, V] -> a[dst:] plain [N, C, S]."""
+    CB = (C + nlanes(L) - 1) // nlanes(L)
+    for q in prange(N * CB):
+        V = nlanes(L)
+        n = q // CB
+        c0 = (q - n * CB) * V
+        nc = min(V, C - c0)
+        s_in = src + q * S * V
+        s_out = dst + (n * C + c0) * S
+        body = S - S % V
+        for s0 in range(0, body, V):
+            vtranspose(a, s_in + s0 * V, V, V, s_out + s0, S, nc, L)
+        for s in range(body, S):
+            for c in range(nc):
+                a[s_out + c * S + s] = a[s_in + s * V + c]
+
+
+@inlined
+def _tap(xb, ih0, iw0, dy, dx, H, Wi, ps, z0, alive):
+    """Where pixel (ih0 + dy, iw0 + dx) of a plane starting at xb is (ps floats a pixel), or
+    z0 (zeros) when it is in the padding or the pixel is past the tile's live ones."""
+    ih = ih0 + dy
+    iw = iw0 + dx
+    # one unsigned compare per axis: a negative index wraps to a huge one
+    if alive and np.uint64(ih) < np.uint64(H) and np.uint64(iw) < np.uint64(Wi):
+        return xb + (ih * Wi + iw) * ps
+    return z0
+
+
+@inlined
+def _step(oh, ow, OW):
+    """The output pixel after (oh, ow), row-major."""
+    return (oh, ow + 1) if ow + 1 < OW else (oh + 1, 0)
+
+
+@inlined
+def _origins(oh, ow, live, OW, sh, sw, ph, pw):
+    """The input origin (top-left tap) of each of a tile's 6 pixels, the first at (oh, ow):
+    a pixel past the live ones repeats the first's. Then the pixel after the tile. (One
+    integer division per chunk, not two per pixel: on small convs they cost more than the
+    FMAs.)"""
+    ih_0, iw_0 = oh * sh - ph, ow * sw - pw
+    oh, ow = _step(oh, ow, OW)
+    ih_1, iw_1 = (oh * sh - ph, ow * sw - pw) if live > 1 else (ih_0, iw_0)
+    oh, ow = _step(oh, ow, OW)
+    ih_2, iw_2 = (oh * sh - ph, ow * sw - pw) if live > 2 else (ih_0, iw_0)
+    oh, ow = _step(oh, ow, OW)
+    ih_3, iw_3 = (oh * sh - ph, ow * sw - pw) if live > 3 else (ih_0, iw_0)
+    oh, ow = _step(oh, ow, OW)
+    ih_4, iw_4 = (oh * sh - ph, ow * sw - pw) if live > 4 else (ih_0, iw_0)
+    oh, ow = _step(oh, ow, OW)
+    ih_5, iw_5 = (oh * sh - ph, ow * sw - pw) if live > 5 else (ih_0, iw_0)
+    oh, ow = _step(oh, ow, OW)
+    return ih_0, iw_0, ih_1, iw_1, ih_2, iw_2, ih_3, iw_3, ih_4, iw_4, ih_5, iw_5, oh, ow
+
+
+@inlined
+def _inside(ih, iw, H, Wi, KH, KW, dh, dw):
+    return ih >= 0 and iw >= 0 and ih + (KH - 1) * dh < H and iw + (KW - 1) * dw < Wi
+
+
+@inlined
+def _tile_inside(live, ih_0, iw_0, ih_5, iw_5, H, Wi, KH, KW, dh, dw, OW, sw, pw):
+    """Whether every tap of every pixel of a full tile is inside x. Pixels run row-major, so
+    checking the first and last pixel, and where the tile crosses rows the row ends
+    (ow = OW - 1 and ow = 0), covers them all."""
+    if live < TP or not (_inside(ih_0, iw_0, H, Wi, KH, KW, dh, dw) and _inside(ih_5, iw_5, H, Wi, KH, KW, dh, dw)):
+        return False
+    if ih_5 == ih_0:
+        return True
+    return _inside(ih_0, (OW - 1) * sw - pw, H, Wi, KH, KW, dh, dw) and _inside(ih_5, -pw, H, Wi, KH, KW, dh, dw)
+
+
+@inlined
+def _put(a, y0, n, ob, q, P, OCB, acc, bias, L):
+    """Output pixel q of channel block ob (+ bias) into blocked y."""
+    vstore(a, y0 + ((n * OCB + ob) * P + q) * nlanes(L), vadd(acc, bias))
+
+
+@inlined
+def _put_tile(a, y0, y_plain, n, ob0, ob1, two, q0, live, K, P, OCB, bv0, bv1, acc, L):
+    """A tile's live pixels, of one or two channel blocks (+ bias): vector stores into
+    blocked y, or into plain y [N, K, P] (a graph output needs no reorder) each block
+    transposed in registers and stored as up to V rows of `live` pixels."""
+    a00, a01, a10, a11, a20, a21, a30, a31, a40, a41, a50, a51 = acc
+    if y_plain:
+        V = nlanes(L)
+        vstore_columns(a, y0 + (n * K + ob0 * V) * P + q0, P, min(V, K - ob0 * V), live, vadd(a00, bv0),
+                       vadd(a10, bv0), vadd(a20, bv0), vadd(a30, bv0), vadd(a40, bv0), vadd(a50, bv0))
+        if two:
+            vstore_columns(a, y0 + (n * K + ob1 * V) * P + q0, P, min(V, K - ob1 * V), live, vadd(a01, bv1),
+                           vadd(a11, bv1), vadd(a21, bv1), vadd(a31, bv1), vadd(a41, bv1), vadd(a51, bv1))
+        return
+    _put(a, y0, n, ob0, q0, P, OCB, a00, bv0, L)
+    if two:
+        _put(a, y0, n, ob1, q0, P, OCB, a01, bv1, L)
+    if live > 1:
+        _put(a, y0, n, ob0, q0 + 1, P, OCB, a10, bv0, L)
+        if two:
+            _put(a, y0, n, ob1, q0 + 1, P, OCB, a11, bv1, L)
+    if live > 2:
+        _put(a, y0, n, ob0, q0 + 2, P, OCB, a20, bv0, L)
+        if two:
+            _put(a, y0, n, ob1, q0 + 2, P, OCB, a21, bv1, L)
+    if live > 3:
+        _put(a, y0, n, ob0, q0 + 3, P, OCB, a30, bv0, L)
+        if two:
+            _put(a, y0, n, ob1, q0 + 3, P, OCB, a31, bv1, L)
+    if live > 4:
+        _put(a, y0, n, ob0, q0 + 4, P, OCB, a40, bv0, L)
+        if two:
+            _put(a, y0, n, ob1, q0 + 4, P, OCB, a41, bv1, L)
+    if live > 5:
+        _put(a, y0, n, ob0, q0 + 5, P, OCB, a50, bv0, L)
+        if two:
+            _put(a, y0, n, ob1, q0 + 5, P, OCB, a51, bv1, L)
+
+
+@inlined
+def _zeros12(L):
+    z = vzero(L)
+    return z, z, z, z, z, z, z, z, z, z, z, z
+
+
+@inlined
+def _fma_6x2(a, o0, o1, o2, o3, o4, o5, w0, w1, acc, L):
+    """The micro-kernel: x at o0..o5 (one float of each of 6 pixels, broadcast) times two
+    weight vectors, into 12 accumulators."""
+    a00, a01, a10, a11, a20, a21, a30, a31, a40, a41, a50, a51 = acc
+    xv = vbcast(a, o0, L)
+    a00 = vfma(xv, w0, a00)
+    a01 = vfma(xv, w1, a01)
+    xv = vbcast(a, o1, L)
+    a10 = vfma(xv, w0, a10)
+    a11 = vfma(xv, w1, a11)
+    xv = vbcast(a, o2, L)
+    a20 = vfma(xv, w0, a20)
+    a21 = vfma(xv, w1, a21)
+    xv = vbcast(a, o3, L)
+    a30 = vfma(xv, w0, a30)
+    a31 = vfma(xv, w1, a31)
+    xv = vbcast(a, o4, L)
+    a40 = vfma(xv, w0, a40)
+    a41 = vfma(xv, w1, a41)
+    xv = vbcast(a, o5, L)
+    a50 = vfma(xv, w0, a50)
+    a51 = vfma(xv, w1, a51)
+    return a00, a01, a10, a11, a20, a21, a30, a31, a40, a41, a50, a51
+
+
+@inlined
+def _offsets(inside, xb, org, dy, dx, H, Wi, ps, sw, z0, live):
+    """Where tap (dy, dx) of each of the tile's 6 pixels is (ps floats a pixel; org: the
+    pixels' origins). Inside x: from the first pixel's, in steps of the stride while the
+    tile stays in one row; else each tested, padding at z0 (zeros)."""
+    ih_0, iw_0, ih_1, iw_1, ih_2, iw_2, ih_3, iw_3, ih_4, iw_4, ih_5, iw_5 = org
+    if inside:
+        if ih_5 == ih_0:
+            o0 = xb + ((ih_0 + dy) * Wi + iw_0 + dx) * ps
+            step = sw * ps
+            return o0, o0 + step, o0 + 2 * step, o0 + 3 * step, o0 + 4 * step, o0 + 5 * step
+        return (xb + ((ih_0 + dy) * Wi + iw_0 + dx) * ps, xb + ((ih_1 + dy) * Wi + iw_1 + dx) * ps,
+                xb + ((ih_2 + dy) * Wi + iw_2 + dx) * ps, xb + ((ih_3 + dy) * Wi + iw_3 + dx) * ps,
+                xb + ((ih_4 + dy) * Wi + iw_4 + dx) * ps, xb + ((ih_5 + dy) * Wi + iw_5 + dx) * ps)
+    return (_tap(xb, ih_0, iw_0, dy, dx, H, Wi, ps, z0, True), _tap(xb, ih_1, iw_1, dy, dx, H, Wi, ps, z0, live > 1),
+            _tap(xb, ih_2, iw_2, dy, dx, H, Wi, ps, z0, live > 2), _tap(xb, ih_3, iw_3, dy, dx, H, Wi, ps, z0, live > 3),
+            _tap(xb, ih_4, iw_4, dy, dx, H, Wi, ps, z0, live > 4), _tap(xb, ih_5, iw_5, dy, dx, H, Wi, ps, z0, live > 5))
+
+
+@inlined
+def _item(it, chunks, pairs, groups):
+    """A work item's (chunk of pixels, pair of output blocks in its group, group, image)."""
+    ch = it % chunks
+    r = it // chunks
+    pr = r % pairs
+    r //= pairs
+    g = r % groups
+    return ch, pr, g, r // groups
+
+
+@parallel_kernel
+def conv(a, x0, p0, y0, y_plain, K, N, H, Wi, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw, groups, CBg, OCBg, chunk, L):
+    """y (at y0: blocked, or plain [N, K, OH, OW] when y_plain) = conv of x (blocked, at x0)
+    with the packed weights and bias at p0 (pack). Work items: (image, group, pair of
+    output blocks, chunk of pixels)."""
+    V = nlanes(L)
+    P = OH * OW
+    CB = CBg * groups
+    OCB = OCBg * groups
+    T = KH * KW
+    pairs = (OCBg + 1) // 2
+    chunks = (P + chunk - 1) // chunk
+    bias0 = p0 + OCB * CBg * T * V * V
+    z0 = bias0 + OCB * V
+    for it in prange(N * groups * pairs * chunks):
+        V = nlanes(L)          # again inside the loop body: numba outlines it, and V must stay a constant
+        ch, pr, g, n = _item(it, chunks, pairs, groups)
+        ob0 = g * OCBg + 2 * pr
+        two = 2 * pr + 1 < OCBg
+        ob1 = ob0 + 1 if two else ob0
+        p_end = min(P, (ch + 1) * chunk)
+        oh = (ch * chunk) // OW
+        ow = ch * chunk - oh * OW
+        for q0 in range(ch * chunk, p_end, TP):
+            live = min(TP, p_end - q0)
+            org = _origins(oh, ow, live, OW, sh, sw, ph, pw)
+            oh, ow = org[12], org[13]
+            org = org[:12]
+            # a tile whose every tap of every pixel is inside x needs no per-tap test
+            inside = _tile_inside(live, org[0], org[1], org[10], org[11], H, Wi, KH, KW, dh, dw, OW, sw, pw)
+            acc = _zeros12(L)
+            for ib in range(CBg):
+                xb = x0 + (n * CB + g * CBg + ib) * H * Wi * V
+                wb0 = p0 + (ob0 * CBg + ib) * T * V * V
+                wb1 = p0 + (ob1 * CBg + ib) * T * V * V
+                for i in range(KH):
+                    for j in range(KW):
+                        o0, o1, o2, o3, o4, o5 = _offsets(inside, xb, org, i * dh, j * dw, H, Wi, V, sw, z0, live)
+                        wt = (i * KW + j) * V * V
+                        for ci in range(V):
+                            acc = _fma_6x2(a, o0 + ci, o1 + ci, o2 + ci, o3 + ci, o4 + ci, o5 + ci,
+                                           vload(a, wb0 + wt + ci * V, L), vload(a, wb1 + wt + ci * V, L), acc, L)
+            _put_tile(a, y0, y_plain, n, ob0, ob1, two, q0, live, K, P, OCB, vload(a, bias0 + ob0 * V, L),
+                      vload(a, bias0 + ob1 * V, L), acc, L)
+
+
+# --- few input channels: x read plain ---------------------------------------------------
+def plain_in_eligible(g, lanes: int):
+    """None when conv_plain_in can run the conv (one group; x is read in place, so no
+    channel padding: for first layers with 1 to a few input channels), else why not."""
+    if g.spatial_rank > 2:
+        return f"{g.spatial_rank}-D"
+    if g.groups != 1:
+        return f"groups {g.groups}"
+    return None
+
+
+def plain_in_packed_floats(g, lanes: int) -> int:
+    """Packed weights [out block, C, kh, kw, V out], the bias padded to whole blocks, V zeros."""
+    ocb = -(-g.y_shape[1] // lanes)
+    return ocb * g.x_shape[1] * prod(g.kernel) * lanes + ocb * lanes + lanes
+
+
+@parallel_kernel
+def pack_plain_in(w, b, a, p0, L):
+    V = nlanes(L)
+    K, C, KH, KW = w.shape
+    OCB = (K + V - 1) // V
+    T = KH * KW
+    for ob in prange(OCB):
+        for c in range(C):
+            for t in range(T):
+                i = t // KW
+                j = t - i * KW
+                base = p0 + ((ob * C + c) * T + t) * V
+                for co in range(V):
+                    k = ob * V + co
+                    a[base + co] = w[k, c, i, j] if k < K else np.float32(0.0)
+    tail = p0 + OCB * C * T * V
+    for k in range(OCB * V + V):
+        a[tail + k] = b[k] if (b.size > 0 and k < K) else np.float32(0.0)
+
+
+@parallel_kernel
+def conv_plain_in(a, x0, p0, y0, y_plain, K, N, C, H, Wi, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw, chunk, L):
+    """As conv, but x is plain [N, C, H, W] and read in place: per input channel and tap,
+    6 broadcasts of x and 2 weight vectors for 12 FMAs (no V-wide channel loop, so a
+    1-channel input wastes nothing)."""
+    V = nlanes(L)
+    P = OH * OW
+    OCB = (K + V - 1) // V
+    T = KH * KW
+    pairs = (OCB + 1) // 2
+    chunks = (P + chunk - 1) // chunk
+    bias0 = p0 + OCB * C * T * V
+    z0 = bias0 + OCB * V
+    for it in prange(N * pairs * chunks):
+        V = nlanes(L)
+        ch, pr, _, n = _item(it, chunks, pairs, 1)
+        ob0 = 2 * pr
+        two = ob0 + 1 < OCB
+        ob1 = ob0 + 1 if two else ob0
+        p_end = min(P, (ch + 1) * chunk)
+        oh = (ch * chunk) // OW
+        ow = ch * chunk - oh * OW
+        for q0 in range(ch * chunk, p_end, TP):
+            live = min(TP, p_end - q0)
+            org = _origins(oh, ow, live, OW, sh, sw, ph, pw)
+            oh, ow = org[12], org[13]
+            org = org[:12]
+            inside = _tile_inside(live, org[0], org[1], org[10], org[11], H, Wi, KH, KW, dh, dw, OW, sw, pw)
+            acc = _zeros12(L)
+            for c in range(C):
+                xb = x0 + (n * C + c) * H * Wi
+                wb0 = p0 + (ob0 * C + c) * T * V
+                wb1 = p0 + (ob1 * C + c) * T * V
+                for i in range(KH):
+                    # one tap per FMA step here: inside x, the pixels' offsets step along the kernel row
+                    o0, o1, o2, o3, o4, o5 = _offsets(inside, xb, org, i * dh, 0, H, Wi, 1, sw, z0, live)
+                    for j in range(KW):
+                        if not inside:
+                            o0, o1, o2, o3, o4, o5 = _offsets(False, xb, org, i * dh, j * dw, H, Wi, 1, sw, z0, live)
+                        wt = (i * KW + j) * V
+                        acc = _fma_6x2(a, o0, o1, o2, o3, o4, o5, vload(a, wb0 + wt, L), vload(a, wb1 + wt, L), acc, L)
+                        o0, o1, o2, o3, o4, o5 = o0 + dw, o1 + dw, o2 + dw, o3 + dw, o4 + dw, o5 + dw
+            _put_tile(a, y0, y_plain, n, ob0, ob1, two, q0, live, K, P, OCB, vload(a, bias0 + ob0 * V, L),
+                      vload(a, bias0 + ob1 * V, L), acc, L)

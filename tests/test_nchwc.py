@@ -1,0 +1,173 @@
+"""The channel-blocked layout (NCHWc) and its vector convolutions, through the public API:
+every conv case of the table against the reference kernels at every SIMD width the host
+can run, the layout plan (where reorders go, and where none are needed), channels padded
+inside the layout and never seen, and weights that change between runs."""
+import numpy as np
+import pytest
+
+import rlxpy as rx
+from rlxpy.cpu_kernels import simd
+from rlxpy.testing import cases
+from rlxpy.thunks.layout import PLAIN, blocked, lanes_of, stored_bytes, stored_shape
+
+from helpers import REFERENCE, assert_close, main_thunk, rand, run_case
+
+TOL = 1e-4       # float32 FMAs in another order than the float64 reference (test_fast_parity's table)
+WIDTHS = [pytest.param(w, marks=pytest.mark.skipif(w not in simd.host_widths(), reason=f"CPU can't run {w} lanes"))
+          for w in (16, 8, 1)]
+CONV_CASES = [c for c in cases("fast") if c.op == "conv"]
+
+
+def _why_not_blocked(case, width):
+    """Why nchwc_direct can't run a case, restated from its fields (None: it can)."""
+    (_, x), (_, w) = case.inputs[0], case.params[0]
+    groups = case.kw["groups"]
+    if len(x) > 4:
+        return "3-D"
+    if groups > 1 and ((x[1] // groups) % width or (w[0] // groups) % width):
+        return "not whole blocks"
+    return None
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: c.id)
+def test_nchwc_direct_matches_reference_at_every_width(case, width):
+    ref, _, _, _ = run_case(case, REFERENCE, seed=40)
+    out, exe, _, _ = run_case(case, rx.Config(conv_algo="nchwc_direct", simd_width=width), seed=40)
+    th = main_thunk(exe)
+    why = _why_not_blocked(case, width)
+    if why is None:
+        assert (th.algo, th.tiling.lanes) == ("nchwc_direct", width), exe.explain()
+        assert th.layouts == (("x", blocked(width)),)      # y is the graph output: written plain
+        assert [t.algo for t in exe.thunks] == ["reorder", "nchwc_direct"]
+    else:
+        assert th.algo != "nchwc_direct" and "RLX_CONV_ALGO=nchwc_direct not eligible" in th.why
+        assert why.split()[0] in th.why
+    assert_close(out, ref, TOL, f"{th.algo} {width} {case.id}")
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: c.id)
+def test_nchwc_plain_in_matches_reference_at_every_width(case, width):
+    ref, _, _, _ = run_case(case, REFERENCE, seed=41)
+    out, exe, _, _ = run_case(case, rx.Config(conv_algo="nchwc_plain_in", simd_width=width), seed=41)
+    th = main_thunk(exe)
+    (_, x) = case.inputs[0]
+    if case.kw["groups"] == 1 and len(x) <= 4:
+        assert (th.algo, th.tiling.lanes, th.layouts) == ("nchwc_plain_in", width, ()), exe.explain()
+        assert len(exe.thunks) == 1                        # x read in place, y written plain: no reorder
+    else:
+        assert th.algo != "nchwc_plain_in" and "nchwc_plain_in not eligible" in th.why
+    assert_close(out, ref, TOL, f"{th.algo} {width} {case.id}")
+
+
+def _chain(rng, c=5, k=11):
+    """conv -> conv -> (pool, output) and conv -> output: channels not a multiple of any width."""
+    g = rx.Graph()
+    x = g.input("x", (None, c, 13, 10))
+    a = g.conv(x, g.param("wa", rand(rng, k, c, 3, 3)), bias=g.param("ba", rand(rng, k)), padding=1, name="a")
+    b = g.conv(a, g.param("wb", rand(rng, 9, k, 3, 2)), stride=(2, 1), padding=((1, 0), (0, 1)), name="b")
+    p = g.pool(b, "max", 2, name="p")
+    d = g.conv(b, g.param("wd", rand(rng, 3, 9, 1, 1)), name="d")
+    g.output("p", p)
+    g.output("d", d)
+    g.output("b", b)
+    return g
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_a_chain_stays_blocked_between_vector_convs_and_reorders_only_at_its_edges(width):
+    rng = np.random.default_rng(42)
+    g = _chain(rng)
+    exe = rx.compile(g, rx.Config(conv_algo="nchwc_direct", simd_width=width))
+    xv = rand(rng, 2, 5, 13, 10)
+    out, ref = exe.run({"x": xv}), rx.compile(g, REFERENCE).run({"x": xv})
+    for name in ref:
+        assert_close(out[name], ref[name], TOL, name)
+    steps = [(t.node, t.algo, dict(t.layouts)) for t in exe.thunks]
+    bl = blocked(width)
+    # x reordered once; a writes blocked for b; b is read blocked by d and plain by the pool and the output
+    assert steps == [("x:" + bl, "reorder", {"y": bl}),
+                     ("a", "nchwc_direct", {"x": bl, "y": bl}),
+                     ("b", "nchwc_direct", {"x": bl, "y": bl}),
+                     ("b:nchw", "reorder", {"x": bl}),
+                     ("p", "parallel", {}),
+                     ("d", "nchwc_direct", {"x": bl})]
+    text = exe.explain()
+    assert f"[{bl}]" in text and "nchw -> " + bl in text and bl + " -> nchw" in text
+
+
+def test_padded_channels_are_written_by_every_kernel_not_left_from_a_zeroed_arena():
+    """Poison every value and scratch a thunk writes with NaN before a run: a kernel that
+    relied on the arena's first zeros for the channels past C (the padding of the last
+    block), which a consumer reads as whole vectors, would turn the output NaN."""
+    rng = np.random.default_rng(43)
+    g = _chain(rng)
+    exe = rx.compile(g, rx.Config(conv_algo="nchwc_direct"))
+    xv = rand(rng, 2, 5, 13, 10)
+    first = exe.run({"x": xv})
+    plan = exe.plan()
+    (bound,) = exe._compile_for({"x": xv.shape}).pool.idle()
+    poisoned = 0
+    for th in plan.thunks:
+        roles, vids = th.record.roles(), th.record.value_ids()
+        for role in th.record.OUTPUTS:
+            vid = vids[roles.index(role)]
+            n = stored_bytes(plan.shapes[vid], plan.layouts.get(vid, PLAIN)) // 4
+            bound.arena[th.off(role) // 4: th.off(role) // 4 + n] = np.nan
+            poisoned += n
+        if th.scratch_bytes:
+            bound.arena[th.scratch_off // 4: (th.scratch_off + th.scratch_bytes) // 4] = np.nan
+    assert poisoned > 0
+    again = exe.run({"x": xv})
+    for name in first:
+        assert np.array_equal(again[name], first[name]), name
+
+
+@pytest.mark.parametrize("algo", ["nchwc_direct", "nchwc_plain_in"])
+def test_a_weight_that_is_a_graph_input_is_packed_every_run(algo):
+    g = rx.Graph()
+    x, w, b = g.input("x", (2, 3, 9, 10)), g.input("w", (17, 3, 3, 3)), g.input("b", (17,))
+    g.output("y", g.conv(x, w, bias=b, padding=1))
+    fast, ref = rx.compile(g, rx.Config(conv_algo=algo)), rx.compile(g, REFERENCE)
+    assert main_thunk(fast).algo == algo and not main_thunk(fast).record.weight_const
+    rng = np.random.default_rng(44)
+    xv = rand(rng, 2, 3, 9, 10)
+    for _ in range(2):
+        feed = {"x": xv, "w": rand(rng, 17, 3, 3, 3), "b": rand(rng, 17)}
+        assert_close(fast.run(feed)["y"], ref.run(feed)["y"], TOL)
+
+
+def test_a_dynamic_batch_gets_a_plan_per_size():
+    rng = np.random.default_rng(45)
+    g = _chain(rng)
+    exe, ref = rx.compile(g, rx.Config(conv_algo="nchwc_direct")), rx.compile(g, REFERENCE)
+    for n in (1, 3, 2):
+        xv = rand(rng, n, 5, 13, 10)
+        out, want = exe.run({"x": xv}), ref.run({"x": xv})
+        assert_close(out["d"], want["d"], TOL, f"batch {n}")
+
+
+def test_the_default_rule_takes_the_vector_kernels_where_they_pay():
+    rng = np.random.default_rng(46)
+    lanes = simd.resolve_width(None)
+    g = rx.Graph()
+    x = g.input("x", (1, 3, 16, 16))
+    a = g.conv(x, g.param("w1", rand(rng, 4 * lanes, 3, 3, 3)), padding=1, name="stem")
+    b = g.conv(a, g.param("w2", rand(rng, 4 * lanes, 4 * lanes, 3, 3)), padding=1, name="body")
+    g.output("y", b)
+    th = {t.node: t for t in rx.compile(g).thunks}
+    if lanes > 3:
+        assert th["stem"].algo == "nchwc_plain_in" and "3 input channels" in th["stem"].why
+    assert th["body"].algo == "nchwc_direct"
+    assert "stem:" + blocked(lanes) not in th      # the stem writes the blocked layout itself
+
+
+def test_layout_names_and_shapes():
+    assert lanes_of(PLAIN) == 0 and lanes_of(blocked(16)) == 16 and blocked(8) == "nchw8c"
+    assert stored_shape((2, 5, 3, 4), PLAIN) == (2, 5, 3, 4)
+    assert stored_shape((2, 5, 3, 4), blocked(8)) == (2, 1, 12, 8)
+    assert stored_shape((2, 17, 7), blocked(8)) == (2, 3, 7, 8)
+    assert stored_bytes((1, 16, 2, 2), blocked(16)) == 4 * 16 * 4
+    with pytest.raises(ValueError, match="unknown layout 'nhwc'"):
+        lanes_of("nhwc")
