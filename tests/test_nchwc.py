@@ -39,7 +39,8 @@ def test_nchwc_direct_matches_reference_at_every_width(case, width):
     if why is None:
         assert (th.algo, th.tiling.lanes) == ("nchwc_direct", width), exe.explain()
         assert th.layouts == (("x", blocked(width)),)      # y is the graph output: written plain
-        assert [t.algo for t in exe.thunks] == ["reorder", "nchwc_direct"]
+        assert [t.algo for t in exe.thunks] == ["nchwc_direct"]   # x is copied in blocked: no reorder thunk
+        assert exe.plan().input_layouts == {"x": blocked(width)}
     else:
         assert th.algo != "nchwc_direct" and "RLX_CONV_ALGO=nchwc_direct not eligible" in th.why
         assert why.split()[0] in th.why
@@ -86,15 +87,16 @@ def test_a_chain_stays_blocked_between_vector_convs_and_reorders_only_at_its_edg
         assert_close(out[name], ref[name], TOL, name)
     steps = [(t.node, t.algo, dict(t.layouts)) for t in exe.thunks]
     bl = blocked(width)
-    # x reordered once; a writes blocked for b; b is read blocked by d and plain by the pool and the output
-    assert steps == [("x:" + bl, "reorder", {"y": bl}),
-                     ("a", "nchwc_direct", {"x": bl, "y": bl}),
+    # x copied in blocked; a writes blocked for b; b is read blocked by the pool and d, and
+    # reordered for the graph output; the pool and d write their outputs plain
+    assert exe.plan().input_layouts == {"x": bl}
+    assert steps == [("a", "nchwc_direct", {"x": bl, "y": bl}),
                      ("b", "nchwc_direct", {"x": bl, "y": bl}),
-                     ("b:nchw", "reorder", {"x": bl}),
-                     ("p", "parallel", {}),
-                     ("d", "nchwc_direct", {"x": bl})]
+                     ("p", "nchwc_pool", {"x": bl}),
+                     ("d", "nchwc_direct", {"x": bl}),
+                     ("b:nchw", "reorder", {"x": bl})]
     text = exe.explain()
-    assert f"[{bl}]" in text and "nchw -> " + bl in text and bl + " -> nchw" in text
+    assert f"[{bl}]" in text and bl + " -> nchw" in text
 
 
 def test_padded_channels_are_written_by_every_kernel_not_left_from_a_zeroed_arena():
@@ -171,3 +173,55 @@ def test_layout_names_and_shapes():
     assert stored_bytes((1, 16, 2, 2), blocked(16)) == 4 * 16 * 4
     with pytest.raises(ValueError, match="unknown layout 'nhwc'"):
         lanes_of("nhwc")
+
+
+def test_an_input_that_a_plain_consumer_also_reads_stays_plain_and_is_reordered_once():
+    rng = np.random.default_rng(47)
+    g = rx.Graph()
+    x = g.input("x", (2, 9, 6, 7))
+    a = g.conv(x, g.param("wa", rand(rng, 10, 9, 3, 3)), padding=1, name="a")
+    b = g.conv(x, g.param("wb", rand(rng, 10, 9, 1, 3)), name="b")
+    r = g.resize_nearest2x(x, name="r")
+    for name, v in (("a", a), ("b", b), ("r", r)):
+        g.output(name, v)
+    exe = rx.compile(g, rx.Config(conv_algo="nchwc_direct"))
+    lanes = simd.resolve_width(None)
+    assert exe.plan().input_layouts == {"x": PLAIN}
+    assert [(t.node, t.algo) for t in exe.thunks] == [("x:" + blocked(lanes), "reorder"), ("a", "nchwc_direct"),
+                                                      ("b", "nchwc_direct"), ("r", "parallel")]
+    xv = rand(rng, 2, 9, 6, 7)
+    out, ref = exe.run({"x": xv}), rx.compile(g, REFERENCE).run({"x": xv})
+    for name in ref:
+        assert_close(out[name], ref[name], TOL, name)
+
+
+def test_an_input_copied_in_blocked_may_have_any_strides():
+    rng = np.random.default_rng(48)
+    g = rx.Graph()
+    x = g.input("x", (2, 9, 6, 7))
+    g.output("y", g.conv(x, g.param("w", rand(rng, 10, 9, 3, 3)), padding=1))
+    exe = rx.compile(g, rx.Config(conv_algo="nchwc_direct"))
+    base = rand(rng, 7, 6, 9, 2)
+    xv = base.transpose(3, 2, 1, 0)                   # not C-contiguous
+    assert exe.plan().input_layouts["x"] != PLAIN and not xv.flags.c_contiguous
+    assert_close(exe.run({"x": xv})["y"], rx.compile(g, REFERENCE).run({"x": np.ascontiguousarray(xv)})["y"], TOL)
+
+
+POOL_CASES = [c for c in cases("fast") + cases("reference") if c.op == "pool" and len(c.inputs[0][1]) <= 4]
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("case", POOL_CASES, ids=lambda c: c.id)
+def test_nchwc_pool_matches_reference_with_nans_at_every_width(case, width):
+    """Max pools keep PyTorch's rule (a NaN in the window wins); average pools divide as
+    PyTorch does (count_include_pad, windows clipped by ceil_mode)."""
+    from rlxpy.testing import case_arrays, one_node_graph
+    inputs, _ = case_arrays(case, seed=49)
+    inputs["x"].reshape(-1)[[0, 7, 30]] = np.nan
+    g = one_node_graph(case, inputs)
+    exe = rx.compile(g, rx.Config(simd_width=width))
+    out, ref = exe.run(inputs)["out"], rx.compile(g, REFERENCE).run(inputs)["out"]
+    assert (main_thunk(exe).algo, main_thunk(exe).tiling.lanes) == ("nchwc_pool", width)
+    assert np.array_equal(np.isnan(out), np.isnan(ref)) and np.isnan(ref).any()
+    finite = ~np.isnan(ref)
+    assert_close(out[finite], ref[finite], 1e-5, case.id)

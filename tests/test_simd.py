@@ -113,7 +113,7 @@ def test_a_width_the_cpu_cannot_run_is_refused(monkeypatch):
 
 @numba.njit
 def transpose_block(a, src, src_stride, src_rows, dst, dst_stride, dst_rows, L):
-    simd.vtranspose(a, src, src_stride, src_rows, dst, dst_stride, dst_rows, L)
+    simd.vtranspose(a, src, src_stride, src_rows, a, dst, dst_stride, dst_rows, L)
 
 
 @numba.njit

@@ -8,9 +8,10 @@ import numpy as np
 from ..config import Config
 from ..thunks import arena as A
 from ..thunks.backend import Binder, ChoiceContext, Kernel, table_kernel, table_prepare
+from ..thunks.layout import lanes_of
 from ..thunks.records import Choice, Record, Thunk
 from . import choose as _choose
-from . import dispatch
+from . import dispatch, nchwc, simd
 from .gemm import configure_threads
 
 
@@ -40,6 +41,12 @@ class CpuBackend:
 
     def copy_into(self, view: np.ndarray, array) -> None:
         np.copyto(view, array)      # any strides: copied into place
+
+    def copy_into_layout(self, view: np.ndarray, array, layout: str) -> None:
+        """A graph input straight into its blocked copy (one pass, not a copy and a reorder)."""
+        x = np.ascontiguousarray(array, dtype=np.float32)
+        nchwc.to_blocked(x.reshape(-1), 0, view.reshape(-1), 0, x.shape[0], x.shape[1], x[0, 0].size,
+                         simd.lanes(lanes_of(layout)))
 
     def copy_out(self, view: np.ndarray) -> np.ndarray:
         return view.copy()

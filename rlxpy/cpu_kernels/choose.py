@@ -47,7 +47,7 @@ def choose(rec: R.Record, ctx: ChoiceContext) -> Choice:
         forced, source = ctx.algos[rec.node], f"algos[{rec.node!r}]"
     else:
         forced, source = ctx.config.conv_algo, "RLX_CONV_ALGO"
-    if forced == "auto" or not ctx.config.fast_conv or not isinstance(rec.geometry, ConvGeometry):
+    if forced == "auto" or not ctx.config.fast_conv or type(rec) not in FORCED_TYPES:
         return fn(rec, ctx)
     make = FORCED.get((type(rec), forced))
     made = "no such kernel for this record type" if make is None else make(rec, ctx)
@@ -161,7 +161,10 @@ FORCED = {
     (R.Conv2D1x1, "nchwc_direct"): _forced_nchwc,
     (R.Conv2D, "nchwc_plain_in"): _forced_plain_in,
     (R.Conv2D1x1, "nchwc_plain_in"): _forced_plain_in,
+    (R.Pool2D, "parallel"): lambda rec, ctx: parallel("pool2d", ctx.config, f"{_WHY}=parallel: over the N*C planes"),
+    (R.Pool2D, "nchwc_pool"): lambda rec, ctx: nchwc_pool_choice(rec, ctx) or "3-D",
 }
+FORCED_TYPES = frozenset(t for t, _ in FORCED)
 
 
 def reference(family: str, config: Config) -> Choice:
@@ -346,10 +349,24 @@ def choose_conv2d_backward_weight(rec, ctx: ChoiceContext) -> Choice:
                           ctx.threads * 4 * weight_grad_slot_floats(g, tile), 0, Tiling(tile)))
 
 
+def nchwc_pool_choice(rec, ctx: ChoiceContext) -> Optional[Choice]:
+    """The blocked pool, or None where it can't run (3-D)."""
+    if nchwc.pool_eligible(rec.geometry) is not None:
+        return None
+    lanes = simd.resolve_width(ctx.config.simd_width)
+    g = rec.geometry.lifted(2)
+    return Choice("nchwc_pool", f"vector {rec.kind} pool on NCHW{lanes}c: one vector of {lanes} channels a tap",
+                  tiling=Tiling(tile=nchwc.pool_items(g, lanes, ctx.threads), lanes=lanes),
+                  layouts=(("x", blocked(lanes)), ("y", blocked(lanes))), plain_ok=("y",))
+
+
 @chooser(R.Pool2D)
 @chooser(R.Pool3D)
 def choose_pool(rec, ctx: ChoiceContext) -> Choice:
-    return parallel("pool3d" if isinstance(rec, R.Pool3D) else "pool2d", ctx.config)
+    family = "pool3d" if isinstance(rec, R.Pool3D) else "pool2d"
+    if not ctx.config.fast_conv:
+        return reference(family, ctx.config)
+    return nchwc_pool_choice(rec, ctx) or parallel(family, ctx.config)
 
 
 @chooser(R.MaxPool2dBackward)

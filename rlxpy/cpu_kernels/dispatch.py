@@ -301,12 +301,22 @@ def conv_nchwc_plain_in(t, arena):
     return run, ()
 
 
+@runs(R.Pool2D, "nchwc_pool")
+def pool_nchwc(t, arena):
+    g = t.record.geometry.lifted(2)
+    (c, h, wi), (oh, ow) = g.x_shape[1:], g.y_shape[2:]
+    return nchwc.pool, (arena, t.off("x") // 4, t.off("y") // 4, t.layout("y") == PLAIN, c, g.x_shape[0], h, wi,
+                        oh, ow, *g.kernel, *g.stride, *g.pad_begin, *g.pad_end, *g.dilation,
+                        t.record.kind == "max", t.record.count_include_pad, t.tiling.tile, simd.lanes(t.tiling.lanes))
+
+
 @runs(R.Reorder, "reorder")
 def reorder(t, arena):
     g = t.record.geometry
-    kernel = nchwc.to_blocked if lanes_of(g.dst) else nchwc.from_blocked
-    return kernel, (arena, t.off("x") // 4, t.off("y") // 4, g.shape[0], g.shape[1], prod(g.shape[2:]),
-                    simd.lanes(t.tiling.lanes))
+    shape = (g.shape[0], g.shape[1], prod(g.shape[2:]), simd.lanes(t.tiling.lanes))
+    if lanes_of(g.dst):
+        return nchwc.to_blocked, (arena, t.off("x") // 4, arena, t.off("y") // 4, *shape)
+    return nchwc.from_blocked, (arena, t.off("x") // 4, t.off("y") // 4, *shape)
 
 
 @runs(R.ConvTranspose2d, "col2im")

@@ -23,7 +23,7 @@ import numpy as np
 from numba import prange
 
 from .jit import inlined, parallel_kernel
-from .simd import nlanes, vadd, vbcast, vfma, vload, vstore, vstore_columns, vtranspose, vzero
+from .simd import nlanes, vadd, vbcast, vfma, vload, vmax, vmul, vsplat, vstore, vstore_columns, vtranspose, vzero
 
 TP = 6          # output pixels per tile
 BLOCKS = 2      # blocks of V output channels per tile
@@ -97,9 +97,10 @@ def pack(w, b, a, p0, groups, CBg, OCBg, L):
 
 
 @parallel_kernel
-def to_blocked(a, src, dst, N, C, S, L):
-    """a[src:] plain [N, C, S] -> a[dst:] blocked [N, CB, S, V], zeros past C: V x V blocks
-    (V channels x V pixels) transposed in registers."""
+def to_blocked(x, src, a, dst, N, C, S, L):
+    """x[src:] plain [N, C, S] -> a[dst:] blocked [N, CB, S, V], zeros past C (x may be a,
+    or a graph input read in place): V x V blocks (V channels x V pixels) transposed in
+    registers."""
     CB = (C + nlanes(L) - 1) // nlanes(L)
     for q in prange(N * CB):
         V = nlanes(L)
@@ -110,10 +111,10 @@ def to_blocked(a, src, dst, N, C, S, L):
         s_out = dst + q * S * V
         body = S - S % V
         for s0 in range(0, body, V):
-            vtranspose(a, s_in + s0, S, nc, s_out + s0 * V, V, V, L)
+            vtranspose(x, s_in + s0, S, nc, a, s_out + s0 * V, V, V, L)
         for s in range(body, S):
             for c in range(V):
-                a[s_out + s * V + c] = a[s_in + c * S + s] if c < nc else np.float32(0.0)
+                a[s_out + s * V + c] = x[s_in + c * S + s] if c < nc else np.float32(0.0)
 
 
 @parallel_kernel
@@ -129,7 +130,7 @@ def from_blocked(a, src, dst, N, C, S, L):
         s_out = dst + (n * C + c0) * S
         body = S - S % V
         for s0 in range(0, body, V):
-            vtranspose(a, s_in + s0 * V, V, V, s_out + s0, S, nc, L)
+            vtranspose(a, s_in + s0 * V, V, V, a, s_out + s0, S, nc, L)
         for s in range(body, S):
             for c in range(nc):
                 a[s_out + c * S + s] = a[s_in + s * V + c]
@@ -425,3 +426,93 @@ def conv_plain_in(a, x0, p0, y0, y_plain, K, N, C, H, Wi, OH, OW, KH, KW, sh, sw
                         o0, o1, o2, o3, o4, o5 = o0 + dw, o1 + dw, o2 + dw, o3 + dw, o4 + dw, o5 + dw
             _put_tile(a, y0, y_plain, n, ob0, ob1, two, q0, live, K, P, OCB, vload(a, bias0 + ob0 * V, L),
                       vload(a, bias0 + ob1 * V, L), acc, L)
+
+
+# --- pooling on blocked x ----------------------------------------------------------------
+def pool_eligible(g):
+    """None when the blocked pool can run a pool geometry, else why not."""
+    if len(g.kernel) > 2:
+        return f"{len(g.kernel)}-D"
+    return None
+
+
+def pool_items(g, lanes: int, threads: int) -> int:
+    """Pixels per work item: whole tiles, about 8, and 4 items per thread where possible."""
+    tiles = -(-prod(g.y_shape[2:]) // TP)
+    outer = g.x_shape[0] * -(-g.x_shape[1] // lanes)
+    per = min(8, tiles)
+    while per > 1 and outer * ceil(tiles / per) < 4 * threads:
+        per -= 1
+    return per * TP
+
+@inlined
+def _pool_pixel(a, xb, ih0, iw0, H, Wi, KH, KW, dh, dw, eh, ew, is_max, count_include_pad, L):
+    """One output pixel's window (origin ih0, iw0) over V channels of the blocked plane at
+    xb: the max with PyTorch's rule (a NaN wins; vmax), or the mean as PyTorch divides it
+    (the window clipped to the padded input when count_include_pad, else to the input)."""
+    V = nlanes(L)
+    if dh == 1 and dw == 1:                       # no integer division (tens of cycles each)
+        i_lo, i_hi = max(0, -ih0), min(KH, H - ih0)
+        j_lo, j_hi = max(0, -iw0), min(KW, Wi - iw0)
+    else:
+        i_lo = max(0, (-ih0 + dh - 1) // dh)      # first tap row inside x
+        i_hi = min(KH, (H - ih0 + dh - 1) // dh)  # one past the last
+        j_lo = max(0, (-iw0 + dw - 1) // dw)
+        j_hi = min(KW, (Wi - iw0 + dw - 1) // dw)
+    acc = vsplat(-np.inf, L) if is_max else vzero(L)
+    for i in range(i_lo, i_hi):
+        row = xb + ((ih0 + i * dh) * Wi + iw0) * V
+        for j in range(j_lo, j_hi):
+            v = vload(a, row + j * dw * V, L)
+            acc = vmax(v, acc) if is_max else vadd(acc, v)
+    if is_max:
+        return acc
+    if count_include_pad:
+        count = (min(ih0 + KH, H + eh) - ih0) * (min(iw0 + KW, Wi + ew) - iw0)
+    else:
+        count = max(0, i_hi - i_lo) * max(0, j_hi - j_lo)
+    return vmul(acc, vsplat(np.float32(1.0) / np.float32(count), L))
+
+
+@parallel_kernel
+def pool(a, x0, y0, y_plain, C, N, H, Wi, OH, OW, KH, KW, sh, sw, ph, pw, eh, ew, dh, dw, is_max,
+         count_include_pad, chunk, L):
+    """2-D max or average pooling of blocked x (at x0) into y (at y0: blocked, or plain
+    [N, C, OH, OW] when y_plain): one vector of V channels per window tap, 6 pixels a tile.
+    Work items: (image, channel block, chunk of pixels)."""
+    V = nlanes(L)
+    P = OH * OW
+    CB = (C + V - 1) // V
+    chunks = (P + chunk - 1) // chunk
+    for it in prange(N * CB * chunks):
+        V = nlanes(L)
+        ch, cb, _, n = _item(it, chunks, CB, 1)
+        xb = x0 + (n * CB + cb) * H * Wi * V
+        p_end = min(P, (ch + 1) * chunk)
+        oh = (ch * chunk) // OW
+        ow = ch * chunk - oh * OW
+        for q0 in range(ch * chunk, p_end, TP):
+            live = min(TP, p_end - q0)
+            org = _origins(oh, ow, live, OW, sh, sw, ph, pw)
+            oh, ow = org[12], org[13]
+            r0 = _pool_pixel(a, xb, org[0], org[1], H, Wi, KH, KW, dh, dw, eh, ew, is_max, count_include_pad, L)
+            r1 = _pool_pixel(a, xb, org[2], org[3], H, Wi, KH, KW, dh, dw, eh, ew, is_max, count_include_pad, L)
+            r2 = _pool_pixel(a, xb, org[4], org[5], H, Wi, KH, KW, dh, dw, eh, ew, is_max, count_include_pad, L)
+            r3 = _pool_pixel(a, xb, org[6], org[7], H, Wi, KH, KW, dh, dw, eh, ew, is_max, count_include_pad, L)
+            r4 = _pool_pixel(a, xb, org[8], org[9], H, Wi, KH, KW, dh, dw, eh, ew, is_max, count_include_pad, L)
+            r5 = _pool_pixel(a, xb, org[10], org[11], H, Wi, KH, KW, dh, dw, eh, ew, is_max, count_include_pad, L)
+            if y_plain:
+                vstore_columns(a, y0 + (n * C + cb * V) * P + q0, P, min(V, C - cb * V), live, r0, r1, r2, r3, r4, r5)
+                continue
+            yq = y0 + ((n * CB + cb) * P + q0) * V
+            vstore(a, yq, r0)
+            if live > 1:
+                vstore(a, yq + V, r1)
+            if live > 2:
+                vstore(a, yq + 2 * V, r2)
+            if live > 3:
+                vstore(a, yq + 3 * V, r3)
+            if live > 4:
+                vstore(a, yq + 4 * V, r4)
+            if live > 5:
+                vstore(a, yq + 5 * V, r5)

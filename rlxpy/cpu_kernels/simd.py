@@ -20,7 +20,7 @@ argument measured 60 ms per call: each call retries the non-literal compile firs
     vstore_tail(a, i, v, n) a[i:i+n] = v[:n]
     vsplat(x, W)            x in every lane                     (insertelement + shufflevector)
     vbcast(a, i, W)         a[i] in every lane                  (vbroadcastss from memory)
-    vtranspose(a, ...)      a W x W block of a, transposed      (log2(W) stages of shufflevector)
+    vtranspose(a, .., b, ..) a W x W block of a, transposed to b (log2(W) stages of shufflevector)
     vstore_columns(a, ...)  6 vectors as columns of W rows      (transpose, masked stores)
     vzero(W)                zeros
     vfma(a, b, c)           a*b + c, one rounding               (llvm.fma.vWf32)
@@ -247,20 +247,22 @@ def _transposed(builder, rows, W):
 
 
 @intrinsic(prefer_literal=True)
-def vtranspose(typingctx, a, src, src_stride, src_rows, dst, dst_stride, dst_rows, w):
+def vtranspose(typingctx, a, src, src_stride, src_rows, b, dst, dst_stride, dst_rows, w):
     """A W x W block transposed: rows r < src_rows of a[src + r * src_stride:][:W] (the
-    others zero) in, rows r < dst_rows of the transpose out to a[dst + r * dst_stride:][:W].
-    log2(W) stages of shufflevector, each swapping one bit of the row and lane indices."""
+    others zero) in, rows r < dst_rows of the transpose out to b[dst + r * dst_stride:][:W]
+    (b may be a). log2(W) stages of shufflevector, each swapping one bit of the row and
+    lane indices."""
     W = _width(w)
-    if W is None or not _is_f32_array(a):
+    if W is None or not (_is_f32_array(a) and _is_f32_array(b)):
         return None
     vt = ir.VectorType(_F32, W)
 
     def codegen(context, builder, sig, args):
-        arr, i64 = args[0], ir.IntType(64)
-        src_, sstride, srows, dst_, dstride, drows = (context.cast(builder, v, t, types.intp)
-                                                      for v, t in zip(args[1:7], sig.args[1:7]))
-        base = context.make_array(sig.args[0])(context, builder, arr).data
+        i64 = ir.IntType(64)
+        src_, sstride, srows = (context.cast(builder, v, t, types.intp) for v, t in zip(args[1:4], sig.args[1:4]))
+        dst_, dstride, drows = (context.cast(builder, v, t, types.intp) for v, t in zip(args[5:8], sig.args[5:8]))
+        base = context.make_array(sig.args[0])(context, builder, args[0]).data
+        out = context.make_array(sig.args[4])(context, builder, args[4]).data
         rows = []
         for r in range(W):
             slot = cgutils.alloca_once_value(builder, ir.Constant(vt, [0.0] * W))
@@ -272,9 +274,9 @@ def vtranspose(typingctx, a, src, src_stride, src_rows, dst, dst_stride, dst_row
         for r in range(W):
             with builder.if_then(builder.icmp_signed(">", drows, ir.Constant(i64, r))):
                 at = builder.add(dst_, builder.mul(dstride, ir.Constant(i64, r)))
-                builder.store(rows[r], builder.bitcast(builder.gep(base, [at]), vt.as_pointer()), align=4)
+                builder.store(rows[r], builder.bitcast(builder.gep(out, [at]), vt.as_pointer()), align=4)
         return context.get_dummy_value()
-    return types.void(a, src, src_stride, src_rows, dst, dst_stride, dst_rows, w), codegen
+    return types.void(a, src, src_stride, src_rows, b, dst, dst_stride, dst_rows, w), codegen
 
 
 def _masked_store(builder, value, ptr, count, W):

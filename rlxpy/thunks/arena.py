@@ -14,6 +14,8 @@ from typing import Callable, Dict, List, Sequence, Tuple
 
 import numpy as np
 
+from .layout import PLAIN, stored_shape
+
 ALIGN = 64
 GUARD_VALUE = -1.2345678e30   # what guard zones hold: no kernel writes it by accident
 
@@ -94,8 +96,9 @@ class BoundArena:
     """An arena with every thunk bound to it, and views of the plan's inputs and outputs."""
     arena: object
     calls: Tuple[Tuple[Callable[[], None], object], ...]    # (bound call, thunk) in run order
-    inputs: Tuple[Tuple[str, object], ...]                  # (name, view)
+    inputs: Tuple[Tuple[str, object], ...]                  # (name, view in the stored layout)
     outputs: Tuple[Tuple[str, object], ...]
+    input_layouts: Tuple[str, ...] = ()                     # per input: plain, or the blocked layout it is copied in as
 
 
 class ArenaPool:
@@ -123,9 +126,12 @@ class ArenaPool:
             b.fill(arena, off, nbytes, GUARD_VALUE)
         for fn, thunk in self.prepares:
             fn(thunk, arena)
+        layouts = tuple(plan.input_layouts.get(name, PLAIN) for name in plan.inputs)
         bound = BoundArena(arena, tuple((bind(arena), t) for bind, t in zip(self.binders, plan.thunks)),
-                           tuple((name, b.view(arena, off, shape)) for name, (off, shape) in plan.inputs.items()),
-                           tuple((name, b.view(arena, off, shape)) for name, (off, shape) in plan.outputs.items()))
+                           tuple((name, b.view(arena, off, stored_shape(shape, layout)))
+                                 for (name, (off, shape)), layout in zip(plan.inputs.items(), layouts)),
+                           tuple((name, b.view(arena, off, shape)) for name, (off, shape) in plan.outputs.items()),
+                           layouts)
         with self._lock:
             self.made += 1
         return bound

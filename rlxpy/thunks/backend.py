@@ -54,6 +54,10 @@ class Backend(Protocol):
     def copy_into(self, view: Any, array: Any) -> None:
         """Copy an input (any strides) into a view of the arena."""
 
+    def copy_into_layout(self, view: Any, array: Any, layout: str) -> None:
+        """Copy an input into a view of the arena stored in another layout (rlxpy.thunks.layout):
+        the copy is the reorder. Only a backend whose choices prefer such layouts is asked."""
+
     def copy_out(self, view: Any) -> Any:
         """A fresh copy of a view of the arena."""
 

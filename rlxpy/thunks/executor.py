@@ -13,6 +13,7 @@ from ..config import Config
 from ..ir.graph import Graph
 from ..ir.shape import fmt_shape
 from .arena import ArenaPool
+from .layout import PLAIN
 from .backend import Backend
 from .plan import Plan, build_plan
 from .records import Thunk
@@ -196,8 +197,11 @@ class Executable:
         b = self.backend
         bound = compiled.pool.acquire()
         try:
-            for name, view in bound.inputs:
-                b.copy_into(view, inputs[name])
+            for (name, view), layout in zip(bound.inputs, bound.input_layouts):
+                if layout == PLAIN:
+                    b.copy_into(view, inputs[name])
+                else:
+                    b.copy_into_layout(view, inputs[name], layout)
             self._launch_all(bound)
             return {name: b.copy_out(view) for name, view in bound.outputs}
         finally:

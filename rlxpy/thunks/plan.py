@@ -36,6 +36,7 @@ class Plan:
     params: Tuple[Tuple[int, np.ndarray], ...]        # (offset, array) copied in when an arena is made
     guards: Tuple[Tuple[int, int], ...] = ()          # (offset, bytes) of guard zones (tests)
     layouts: Dict[int, str] = field(default_factory=dict)   # value id -> stored layout, where not plain
+    input_layouts: Dict[str, str] = field(default_factory=dict)   # graph input -> the layout it is copied in as
 
 
 def needed_nodes(nodes, outputs) -> List[int]:
@@ -126,11 +127,18 @@ def build_plan(nodes, params, outputs: Dict[str, int], input_shapes, config: Con
     # A value is stored in a blocked layout when its producer must write it so, or may and
     # some consumer prefers it so; else plain (and a consumer that wants it blocked gets a
     # reordered copy, made once).
-    wanted_by = {}
+    wanted_by: Dict[int, set] = {}        # value id -> the layouts its consumers prefer
     for rec, choice in lowered:
-        for role, layout in choice.layouts:
-            if role in rec.INPUTS:
-                wanted_by.setdefault(getattr(rec, role), set()).add(layout)
+        prefers = dict(choice.layouts)
+        for role in rec.INPUTS:
+            if getattr(rec, role) != ABSENT:
+                wanted_by.setdefault(getattr(rec, role), set()).add(prefers.get(role, PLAIN))
+    # A graph input every consumer reads in one blocked layout is copied into the arena in
+    # it (the copy is the reorder), unless it is also a graph output.
+    for i in order:
+        wants = wanted_by.get(i, set())
+        if nodes[i].op == "Input" and len(wants) == 1 and PLAIN not in wants and i not in outputs.values():
+            layout_of[i] = next(iter(wants))
     for rec, choice in lowered:
         prefers = dict(choice.layouts)
         moved = {}
@@ -175,4 +183,5 @@ def build_plan(nodes, params, outputs: Dict[str, int], input_shapes, config: Con
         shapes=shapes,
         sum_value_bytes=sum(A.align(max(b.nbytes, 1)) for b in buffers),
         params=tuple((offsets[i], params[i]) for i in order if nodes[i].op == "Param"),
-        guards=guards, layouts=layout_of)
+        guards=guards, layouts=layout_of,
+        input_layouts={name: layout_of.get(v, PLAIN) for name, v in in_names.items()})
