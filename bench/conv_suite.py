@@ -2,13 +2,15 @@
 
     python bench/conv_suite.py [--reps 30] [--only SUBSTRING] [--markdown]
 
-Each case runs through rlxpy (default flags, plus RLX_WINOGRAD=1 / RLX_DIRECT_CONV=1 where
-eligible), PyTorch (torch.set_num_threads = rlxpy's thread count) and onnxruntime (forward
-cases; intra-op threads = the same). Peers are timed in alternating blocks (see time_blocks),
+The header names the CPU, the SIMD width (RLX_SIMD_WIDTH, default the host's widest) and
+the thread count. Each case runs through rlxpy with default flags and with every other
+algo in CANDIDATES that can run it ("best": the fastest of them), PyTorch
+(torch.set_num_threads = rlxpy's thread count) and onnxruntime (forward cases; intra-op
+threads = the same). Peers are timed in alternating blocks (see time_blocks),
 each getting the median of its calls after warm-up. Ratios are peer_time / rlxpy_time
-(> 1: rlxpy is faster), with rlxpy at default flags; "best" uses the fastest rlxpy flag
-setting. The machine's large-SGEMM GFLOP/s (numpy) is measured first and each case is
-reported as a fraction of it.
+(> 1: rlxpy is faster), with rlxpy at default flags; "best" uses the fastest rlxpy algo.
+Each case's arena is reported in MiB; the machine's large-SGEMM GFLOP/s (numpy) is printed
+as a ceiling to read the GFLOP/s columns against.
 """
 from __future__ import annotations
 
@@ -23,7 +25,6 @@ import time
 import numpy as np
 
 import rlxpy as rx
-from rlxpy.cpu_kernels import choose
 from rlxpy.testing import Case, case_arrays, cases, one_node_graph
 from rlxpy.thunks.explain import flops
 
@@ -125,6 +126,26 @@ def geomean(xs):
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
+# Algos tried for "best" beside the default (each only where eligible: a forced algo that
+# can't run a case falls back to the default choice, and is then not timed twice).
+CANDIDATES = ("im2col", "winograd", "nchwc_direct", "nchwc_plain_in", "nchwc_depthwise", "depthwise", "gemm1x1",
+              "parallel", "nchwc_pool")
+
+
+def cpu_header(threads: int) -> str:
+    import llvmlite.binding as llvm
+    from rlxpy.cpu_kernels import simd
+    model = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    width = simd.resolve_width(rx.Config.from_env().simd_width)
+    return (f"# CPU: {model} (LLVM host {llvm.get_host_cpu_name()}), SIMD width {width} float32 lanes "
+            f"(host widths {simd.host_widths()}), threads {threads}")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=20)
@@ -137,10 +158,10 @@ def main(argv=None):
     threads = rx.compile(_tiny_graph(), base).threads
     torch.set_num_threads(threads)
     peak = sgemm_gflops(threads)
-    print(f"# rlxpy {rx.__version__}, torch {torch.__version__}, threads {threads}, "
-          f"numpy large-SGEMM {peak:.0f} GFLOP/s")
-    header = ("case", "rlx ms", "wino ms", "direct ms", "torch ms", "ort ms", "rlx GF/s", "%SGEMM",
-              "torch/rlx", "ort/rlx", "torch/best", "algo")
+    print(cpu_header(threads))
+    print(f"# rlxpy {rx.__version__}, torch {torch.__version__}, numpy large-SGEMM {peak:.0f} GFLOP/s")
+    header = ("case", "algo", "rlx ms", "best ms (algo)", "torch ms", "ort ms", "rlx GF/s", "torch GF/s", "ort GF/s",
+              "torch/rlx", "ort/rlx", "torch/best", "arena MiB")
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     rows = []
@@ -154,10 +175,12 @@ def main(argv=None):
         runners["rlx"], exes["rlx"] = rlx_runner(case, inputs, params, base)
         main_thunk = _main_thunk(exes["rlx"])
         rec = main_thunk.record
-        if case.op == "conv" and choose.winograd_reason(rec.geometry) is None:
-            runners["wino"], exes["wino"] = rlx_runner(case, inputs, params, base.replace(winograd=True))
-        if case.op == "conv" and choose.direct_reason(rec.geometry) is None and rec.geometry.taps > 1:
-            runners["direct"], exes["direct"] = rlx_runner(case, inputs, params, base.replace(direct_conv=True))
+        seen = {main_thunk.algo}
+        for algo in CANDIDATES:
+            run, exe = rlx_runner(case, inputs, params, base.replace(conv_algo=algo))
+            if _main_thunk(exe).algo not in seen:
+                seen.add(_main_thunk(exe).algo)
+                runners[algo], exes[algo] = run, exe
         runners["torch"] = torch_runner(case, inputs, params)
         o = ort_runner(case, inputs, params, threads)
         if o is not None:
@@ -169,28 +192,35 @@ def main(argv=None):
                 err = float(np.abs(out - ref).max() / max(1.0, np.abs(ref).max()))
                 assert err < 2e-3, (case.id, k, err)
         ms = time_blocks(runners, args.reps)
-        best = min(ms[k] for k in ("rlx", "wino", "direct") if k in ms)
-        gf = flops(rec) / ms["rlx"] / 1e6
+        rlx_keys = [k for k in ms if k not in ("torch", "ort")]
+        best_key = min(rlx_keys, key=lambda k: ms[k])
+        best = ms[best_key]
+        f = flops(rec)
+        gf = f / ms["rlx"] / 1e6
         row = dict(case=case.id, ms=ms, best=best, gf=gf, torch_ratio=ms["torch"] / ms["rlx"],
                    ort_ratio=(ms["ort"] / ms["rlx"]) if "ort" in ms else None,
                    best_ratio=ms["torch"] / best, algo=main_thunk.algo)
         rows.append(row)
         cell = lambda k: f"{ms[k]:.3f}" if k in ms else "-"  # noqa: E731
+        rate = lambda k: f"{f / ms[k] / 1e6:.0f}" if k in ms and f else "-"  # noqa: E731
         ort = f"{row['ort_ratio']:.2f}" if row["ort_ratio"] is not None else "-"
-        cells = [case.id, cell("rlx"), cell("wino"), cell("direct"), cell("torch"), cell("ort"), f"{gf:.1f}",
-                 f"{100 * gf / peak:.0f}%", f"{row['torch_ratio']:.2f}", ort, f"{row['best_ratio']:.2f}", row["algo"]]
+        best_algo = _main_thunk(exes[best_key]).algo
+        cells = [case.id, main_thunk.algo, cell("rlx"), f"{best:.3f} ({best_algo})", cell("torch"), cell("ort"),
+                 rate("rlx"), rate("torch"), rate("ort"), f"{row['torch_ratio']:.2f}", ort, f"{row['best_ratio']:.2f}",
+                 f"{exes['rlx'].plan().arena_bytes / 2**20:.1f}"]
         print("| " + " | ".join(cells) + " |")
         sys.stdout.flush()
-    wino_gain = [r["ms"]["rlx"] / r["ms"]["wino"] for r in rows if "wino" in r["ms"]]
+    forward = [r for r in rows if r["ort_ratio"]]
+    backward = [r for r in rows if r["ort_ratio"] is None]
     print()
-    print(f"geomean torch/rlx (default flags): {geomean([r['torch_ratio'] for r in rows]):.2f}")
-    print(f"geomean torch/rlx (best flags):    {geomean([r['best_ratio'] for r in rows]):.2f}")
-    print(f"geomean ort/rlx (forward cases):   {geomean([r['ort_ratio'] for r in rows if r['ort_ratio']]):.2f}")
-    print(f"min torch/rlx: {min(r['torch_ratio'] for r in rows):.2f} "
-          f"({min(rows, key=lambda r: r['torch_ratio'])['case']})")
-    if wino_gain:
-        print("winograd speed-up over im2col: " + ", ".join(
-            f"{r['case']} {r['ms']['rlx'] / r['ms']['wino']:.2f}x" for r in rows if "wino" in r["ms"]))
+    print(f"geomean torch/rlx (default flags), forward:  {geomean([r['torch_ratio'] for r in forward]):.2f}")
+    print(f"geomean ort/rlx (default flags), forward:    {geomean([r['ort_ratio'] for r in forward]):.2f}")
+    print(f"geomean torch/rlx (best algo), forward:      {geomean([r['best_ratio'] for r in forward]):.2f}")
+    if backward:
+        print(f"geomean torch/rlx (default flags), backward: {geomean([r['torch_ratio'] for r in backward]):.2f}")
+    if rows:
+        worst = min(rows, key=lambda r: r["torch_ratio"])
+        print(f"min torch/rlx: {worst['torch_ratio']:.2f} ({worst['case']})")
 
 
 def _main_thunk(exe):

@@ -93,6 +93,9 @@ GUARD_CASES = {
     ("Reorder", "reorder"): ({"conv_algo": "nchwc_direct"},   # the resize writes plain, the conv reads blocked
                              lambda g, v: g.conv(g.resize_nearest2x(v["x"]), v["w"], padding=1), {"x": (2, 13, 5, 7)},
                              {"w": (3, 13, 3, 3)}),
+    ("Conv2D", "nchwc_depthwise"): ({"conv_algo": "nchwc_depthwise"}, _conv(stride=(1, 2), padding=((2, 0), (1, 1)),
+                                                                             dilation=(2, 1), groups=11),
+                                    {"x": (2, 11, 8, 9)}, {"w": (11, 1, 3, 3), "b": (11,)}),
     ("Pool2D", "nchwc_pool"): ({}, lambda g, v: g.pool(v["x"], "avg", 3, stride=2, padding=1, ceil_mode=True,
                                                        count_include_pad=False), {"x": (2, 11, 7, 8)}, {}),
     ("Conv3d", "im2col"): ({}, lambda g, v: g.conv3d(v["x"], v["w"], padding=1), {"x": (2, 3, 4, 5, 4)},

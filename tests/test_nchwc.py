@@ -225,3 +225,39 @@ def test_nchwc_pool_matches_reference_with_nans_at_every_width(case, width):
     assert np.array_equal(np.isnan(out), np.isnan(ref)) and np.isnan(ref).any()
     finite = ~np.isnan(ref)
     assert_close(out[finite], ref[finite], 1e-5, case.id)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: c.id)
+def test_nchwc_depthwise_matches_reference_at_every_width(case, width):
+    ref, _, _, _ = run_case(case, REFERENCE, seed=50)
+    out, exe, _, _ = run_case(case, rx.Config(conv_algo="nchwc_depthwise", simd_width=width), seed=50)
+    th = main_thunk(exe)
+    (_, x), (_, w) = case.inputs[0], case.params[0]
+    if len(x) <= 4 and case.kw["groups"] == x[1] == w[0]:
+        assert (th.algo, th.tiling.lanes) == ("nchwc_depthwise", width), exe.explain()
+    else:
+        assert th.algo != "nchwc_depthwise" and "nchwc_depthwise not eligible" in th.why
+    assert_close(out, ref, TOL, f"{th.algo} {width} {case.id}")
+
+
+def test_a_final_vector_kernel_writes_the_returned_array_itself_and_runs_stay_independent():
+    """An output no thunk reads is written by its kernel straight into the array the run
+    returns (no copy out of the arena); an output another node reads is copied out."""
+    rng = np.random.default_rng(51)
+    g = _chain(rng)
+    exe, ref = rx.compile(g, rx.Config(conv_algo="nchwc_direct")), rx.compile(g, REFERENCE)
+    x1, x2 = rand(rng, 2, 5, 13, 10), rand(rng, 2, 5, 13, 10)
+    r1 = exe.run({"x": x1})
+    plan = exe.plan()
+    assert set(plan.sole_outputs) == {"p", "d", "b"}     # b's reorder is its only producer and no thunk reads it
+    (bound,) = exe._compile_for({"x": x1.shape}).pool.idle()
+    assert {name for name, _, _ in bound.direct} == {"p", "d"}   # vector kernels; b comes out of a reorder
+    arena = bound.arena
+    for name in ("p", "d"):
+        assert not np.shares_memory(r1[name], arena)
+    r2 = exe.run({"x": x2})
+    want1, want2 = ref.run({"x": x1}), ref.run({"x": x2})
+    for name in want1:
+        assert_close(r1[name], want1[name], TOL, name)   # the first run's arrays are not the second's
+        assert_close(r2[name], want2[name], TOL, name)

@@ -1,6 +1,7 @@
 """The CPU backend: numba kernels on a numpy arena (rlxpy.thunks.backend.Backend)."""
 from __future__ import annotations
 
+from functools import partial
 from typing import Optional, Tuple
 
 import numpy as np
@@ -29,6 +30,24 @@ class CpuBackend:
     def binder(self, thunk: Thunk) -> Binder:
         entry = table_kernel(dispatch.EXEC, thunk, "CPU")
         return lambda arena: dispatch.bind(entry, thunk, arena)
+
+    def output_binder(self, thunk: Thunk, role: str, shape):
+        """The vector kernels (which take the array y is written to as an argument) write a
+        graph output into a fresh array: no copy out of the arena, whose bytes the next run
+        reuses. A weight that is a graph input (packed in the call) keeps the copy."""
+        redirect = dispatch.OUTPUT_ARG.get((type(thunk.record), thunk.algo))
+        if redirect is None or not getattr(thunk.record, "weight_const", True):
+            return None
+        entry = table_kernel(dispatch.EXEC, thunk, "CPU")
+
+        def bind(arena):
+            fn, args = entry(thunk, arena)
+
+            def make():
+                y = np.empty(shape, np.float32)
+                return y, partial(fn, *redirect(args, y.reshape(-1)))
+            return make
+        return bind
 
     def prepare(self, thunk: Thunk) -> Optional[Kernel]:
         entry = table_prepare(dispatch.PREPARE, thunk)

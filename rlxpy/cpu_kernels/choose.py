@@ -96,6 +96,20 @@ def _forced_plain_in(rec, ctx):
     return plain_in_choice(rec.geometry, ctx, f"{_WHY}=nchwc_plain_in") if r is None else r
 
 
+def depthwise_choice(g: ConvGeometry, ctx: ChoiceContext, why: str, passed=()) -> Choice:
+    lanes = simd.resolve_width(ctx.config.simd_width)
+    return _capped(Choice("nchwc_depthwise", f"{why} (NCHW{lanes}c: one vector of {lanes} channels a tap, 6 "
+                                             f"pixels a tile){_then(passed)}",
+                          0, 4 * nchwc.depthwise_packed_floats(g.lifted(2), lanes),
+                          Tiling(tile=nchwc.pool_items(g.lifted(2), lanes, ctx.threads), lanes=lanes),
+                          (("x", blocked(lanes)), ("y", blocked(lanes))), plain_ok=("y",)))
+
+
+def _forced_depthwise(rec, ctx):
+    r = nchwc.depthwise_eligible(rec.geometry)
+    return depthwise_choice(rec.geometry, ctx, f"{_WHY}=nchwc_depthwise") if r is None else r
+
+
 def nchwc_default_reason(g: ConvGeometry, lanes: int) -> Optional[str]:
     """None when the default rule takes nchwc_direct, else why not."""
     why = nchwc.eligible(g, lanes)
@@ -161,6 +175,7 @@ FORCED = {
     (R.Conv2D1x1, "nchwc_direct"): _forced_nchwc,
     (R.Conv2D, "nchwc_plain_in"): _forced_plain_in,
     (R.Conv2D1x1, "nchwc_plain_in"): _forced_plain_in,
+    (R.Conv2D, "nchwc_depthwise"): _forced_depthwise,
     (R.Pool2D, "parallel"): lambda rec, ctx: parallel("pool2d", ctx.config, f"{_WHY}=parallel: over the N*C planes"),
     (R.Pool2D, "nchwc_pool"): lambda rec, ctx: nchwc_pool_choice(rec, ctx) or "3-D",
 }

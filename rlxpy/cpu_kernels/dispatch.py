@@ -257,8 +257,8 @@ def conv_nchwc_direct(t, arena):
     g = t.record.geometry.lifted(2)
     lanes = t.tiling.lanes
     (_, h, wi), (_, oh, ow) = g.x_shape[1:], g.y_shape[1:]
-    args = (arena, t.off("x") // 4, t.persistent_off // 4, t.off("y") // 4, t.layout("y") == PLAIN, g.y_shape[1],
-            g.x_shape[0], h, wi, oh, ow,
+    args = (arena, t.off("x") // 4, t.persistent_off // 4, arena, t.off("y") // 4, t.layout("y") == PLAIN,
+            g.y_shape[1], g.x_shape[0], h, wi, oh, ow,
             *g.kernel, *g.stride, *g.pad_begin, *g.dilation, g.groups, *nchwc.group_blocks(g, lanes),
             t.tiling.tile, simd.lanes(lanes))
     if t.record.weight_const:          # packed once per arena by nchwc_prepare
@@ -288,8 +288,8 @@ def plain_in_prepare(t, arena):
 def conv_nchwc_plain_in(t, arena):
     g = t.record.geometry.lifted(2)
     (c, h, wi), (_, oh, ow) = g.x_shape[1:], g.y_shape[1:]
-    args = (arena, t.off("x") // 4, t.persistent_off // 4, t.off("y") // 4, t.layout("y") == PLAIN, g.y_shape[1],
-            g.x_shape[0], c, h, wi, oh, ow, *g.kernel, *g.stride, *g.pad_begin, *g.dilation, t.tiling.tile,
+    args = (arena, t.off("x") // 4, t.persistent_off // 4, arena, t.off("y") // 4, t.layout("y") == PLAIN,
+            g.y_shape[1], g.x_shape[0], c, h, wi, oh, ow, *g.kernel, *g.stride, *g.pad_begin, *g.dilation, t.tiling.tile,
             simd.lanes(t.tiling.lanes))
     if t.record.weight_const:
         return nchwc.conv_plain_in, args
@@ -301,13 +301,55 @@ def conv_nchwc_plain_in(t, arena):
     return run, ()
 
 
+def _depthwise_pack_args(t, arena):
+    g = t.record.geometry.lifted(2)
+    w = at(t, arena, "w", (g.y_shape[1], 1) + tuple(g.kernel))
+    return w, bias_of(t, arena), arena, t.persistent_off // 4, simd.lanes(t.tiling.lanes)
+
+
+@prepares(R.Conv2D, "nchwc_depthwise")
+def depthwise_prepare(t, arena):
+    return nchwc.pack_depthwise, _depthwise_pack_args(t, arena)
+
+
+@runs(R.Conv2D, "nchwc_depthwise")
+def conv_nchwc_depthwise(t, arena):
+    g = t.record.geometry.lifted(2)
+    (c, h, wi), (oh, ow) = g.x_shape[1:], g.y_shape[2:]
+    args = (arena, t.off("x") // 4, t.persistent_off // 4, arena, t.off("y") // 4, t.layout("y") == PLAIN, c,
+            g.x_shape[0], h, wi, oh, ow, *g.kernel, *g.stride, *g.pad_begin, *g.dilation, t.tiling.tile,
+            simd.lanes(t.tiling.lanes))
+    if t.record.weight_const:
+        return nchwc.depthwise, args
+    pack = _depthwise_pack_args(t, arena)
+
+    def run():
+        nchwc.pack_depthwise(*pack)
+        nchwc.depthwise(*args)
+    return run, ()
+
+
 @runs(R.Pool2D, "nchwc_pool")
 def pool_nchwc(t, arena):
     g = t.record.geometry.lifted(2)
     (c, h, wi), (oh, ow) = g.x_shape[1:], g.y_shape[2:]
-    return nchwc.pool, (arena, t.off("x") // 4, t.off("y") // 4, t.layout("y") == PLAIN, c, g.x_shape[0], h, wi,
+    return nchwc.pool, (arena, t.off("x") // 4, arena, t.off("y") // 4, t.layout("y") == PLAIN, c, g.x_shape[0], h, wi,
                         oh, ow, *g.kernel, *g.stride, *g.pad_begin, *g.pad_end, *g.dilation,
                         t.record.kind == "max", t.record.count_include_pad, t.tiling.tile, simd.lanes(t.tiling.lanes))
+
+
+def _y_at(ya_index: int):
+    """OUTPUT_ARG entry: the kernel's (ya, y0) arguments at ya_index pointed at array y."""
+    return lambda args, y: args[:ya_index] + (y, 0) + args[ya_index + 2:]
+
+
+# (record type, algo) -> redirect(args, y): the args writing the output into y instead
+OUTPUT_ARG = {
+    (R.Conv2D, "nchwc_direct"): _y_at(3), (R.Conv2D1x1, "nchwc_direct"): _y_at(3),
+    (R.Conv2D, "nchwc_plain_in"): _y_at(3), (R.Conv2D1x1, "nchwc_plain_in"): _y_at(3),
+    (R.Conv2D, "nchwc_depthwise"): _y_at(3),
+    (R.Pool2D, "nchwc_pool"): _y_at(2),
+}
 
 
 @runs(R.Reorder, "reorder")

@@ -193,48 +193,48 @@ def _tile_inside(live, ih_0, iw_0, ih_5, iw_5, H, Wi, KH, KW, dh, dw, OW, sw, pw
 
 
 @inlined
-def _put(a, y0, n, ob, q, P, OCB, acc, bias, L):
+def _put(ya, y0, n, ob, q, P, OCB, acc, bias, L):
     """Output pixel q of channel block ob (+ bias) into blocked y."""
-    vstore(a, y0 + ((n * OCB + ob) * P + q) * nlanes(L), vadd(acc, bias))
+    vstore(ya, y0 + ((n * OCB + ob) * P + q) * nlanes(L), vadd(acc, bias))
 
 
 @inlined
-def _put_tile(a, y0, y_plain, n, ob0, ob1, two, q0, live, K, P, OCB, bv0, bv1, acc, L):
+def _put_tile(ya, y0, y_plain, n, ob0, ob1, two, q0, live, K, P, OCB, bv0, bv1, acc, L):
     """A tile's live pixels, of one or two channel blocks (+ bias): vector stores into
     blocked y, or into plain y [N, K, P] (a graph output needs no reorder) each block
     transposed in registers and stored as up to V rows of `live` pixels."""
     a00, a01, a10, a11, a20, a21, a30, a31, a40, a41, a50, a51 = acc
     if y_plain:
         V = nlanes(L)
-        vstore_columns(a, y0 + (n * K + ob0 * V) * P + q0, P, min(V, K - ob0 * V), live, vadd(a00, bv0),
+        vstore_columns(ya, y0 + (n * K + ob0 * V) * P + q0, P, min(V, K - ob0 * V), live, vadd(a00, bv0),
                        vadd(a10, bv0), vadd(a20, bv0), vadd(a30, bv0), vadd(a40, bv0), vadd(a50, bv0))
         if two:
-            vstore_columns(a, y0 + (n * K + ob1 * V) * P + q0, P, min(V, K - ob1 * V), live, vadd(a01, bv1),
+            vstore_columns(ya, y0 + (n * K + ob1 * V) * P + q0, P, min(V, K - ob1 * V), live, vadd(a01, bv1),
                            vadd(a11, bv1), vadd(a21, bv1), vadd(a31, bv1), vadd(a41, bv1), vadd(a51, bv1))
         return
-    _put(a, y0, n, ob0, q0, P, OCB, a00, bv0, L)
+    _put(ya, y0, n, ob0, q0, P, OCB, a00, bv0, L)
     if two:
-        _put(a, y0, n, ob1, q0, P, OCB, a01, bv1, L)
+        _put(ya, y0, n, ob1, q0, P, OCB, a01, bv1, L)
     if live > 1:
-        _put(a, y0, n, ob0, q0 + 1, P, OCB, a10, bv0, L)
+        _put(ya, y0, n, ob0, q0 + 1, P, OCB, a10, bv0, L)
         if two:
-            _put(a, y0, n, ob1, q0 + 1, P, OCB, a11, bv1, L)
+            _put(ya, y0, n, ob1, q0 + 1, P, OCB, a11, bv1, L)
     if live > 2:
-        _put(a, y0, n, ob0, q0 + 2, P, OCB, a20, bv0, L)
+        _put(ya, y0, n, ob0, q0 + 2, P, OCB, a20, bv0, L)
         if two:
-            _put(a, y0, n, ob1, q0 + 2, P, OCB, a21, bv1, L)
+            _put(ya, y0, n, ob1, q0 + 2, P, OCB, a21, bv1, L)
     if live > 3:
-        _put(a, y0, n, ob0, q0 + 3, P, OCB, a30, bv0, L)
+        _put(ya, y0, n, ob0, q0 + 3, P, OCB, a30, bv0, L)
         if two:
-            _put(a, y0, n, ob1, q0 + 3, P, OCB, a31, bv1, L)
+            _put(ya, y0, n, ob1, q0 + 3, P, OCB, a31, bv1, L)
     if live > 4:
-        _put(a, y0, n, ob0, q0 + 4, P, OCB, a40, bv0, L)
+        _put(ya, y0, n, ob0, q0 + 4, P, OCB, a40, bv0, L)
         if two:
-            _put(a, y0, n, ob1, q0 + 4, P, OCB, a41, bv1, L)
+            _put(ya, y0, n, ob1, q0 + 4, P, OCB, a41, bv1, L)
     if live > 5:
-        _put(a, y0, n, ob0, q0 + 5, P, OCB, a50, bv0, L)
+        _put(ya, y0, n, ob0, q0 + 5, P, OCB, a50, bv0, L)
         if two:
-            _put(a, y0, n, ob1, q0 + 5, P, OCB, a51, bv1, L)
+            _put(ya, y0, n, ob1, q0 + 5, P, OCB, a51, bv1, L)
 
 
 @inlined
@@ -300,9 +300,10 @@ def _item(it, chunks, pairs, groups):
 
 
 @parallel_kernel
-def conv(a, x0, p0, y0, y_plain, K, N, H, Wi, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw, groups, CBg, OCBg, chunk, L):
-    """y (at y0: blocked, or plain [N, K, OH, OW] when y_plain) = conv of x (blocked, at x0)
-    with the packed weights and bias at p0 (pack). Work items: (image, group, pair of
+def conv(a, x0, p0, ya, y0, y_plain, K, N, H, Wi, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw, groups, CBg, OCBg, chunk, L):
+    """y (in ya at y0: blocked, or plain [N, K, OH, OW] when y_plain; ya is a, or a graph
+    output's own array) = conv of x (blocked, in a at x0) with the packed weights and bias
+    at p0 (pack). Work items: (image, group, pair of
     output blocks, chunk of pixels)."""
     V = nlanes(L)
     P = OH * OW
@@ -341,7 +342,7 @@ def conv(a, x0, p0, y0, y_plain, K, N, H, Wi, OH, OW, KH, KW, sh, sw, ph, pw, dh
                         for ci in range(V):
                             acc = _fma_6x2(a, o0 + ci, o1 + ci, o2 + ci, o3 + ci, o4 + ci, o5 + ci,
                                            vload(a, wb0 + wt + ci * V, L), vload(a, wb1 + wt + ci * V, L), acc, L)
-            _put_tile(a, y0, y_plain, n, ob0, ob1, two, q0, live, K, P, OCB, vload(a, bias0 + ob0 * V, L),
+            _put_tile(ya, y0, y_plain, n, ob0, ob1, two, q0, live, K, P, OCB, vload(a, bias0 + ob0 * V, L),
                       vload(a, bias0 + ob1 * V, L), acc, L)
 
 
@@ -383,7 +384,7 @@ def pack_plain_in(w, b, a, p0, L):
 
 
 @parallel_kernel
-def conv_plain_in(a, x0, p0, y0, y_plain, K, N, C, H, Wi, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw, chunk, L):
+def conv_plain_in(a, x0, p0, ya, y0, y_plain, K, N, C, H, Wi, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw, chunk, L):
     """As conv, but x is plain [N, C, H, W] and read in place: per input channel and tap,
     6 broadcasts of x and 2 weight vectors for 12 FMAs (no V-wide channel loop, so a
     1-channel input wastes nothing)."""
@@ -424,11 +425,31 @@ def conv_plain_in(a, x0, p0, y0, y_plain, K, N, C, H, Wi, OH, OW, KH, KW, sh, sw
                         wt = (i * KW + j) * V
                         acc = _fma_6x2(a, o0, o1, o2, o3, o4, o5, vload(a, wb0 + wt, L), vload(a, wb1 + wt, L), acc, L)
                         o0, o1, o2, o3, o4, o5 = o0 + dw, o1 + dw, o2 + dw, o3 + dw, o4 + dw, o5 + dw
-            _put_tile(a, y0, y_plain, n, ob0, ob1, two, q0, live, K, P, OCB, vload(a, bias0 + ob0 * V, L),
+            _put_tile(ya, y0, y_plain, n, ob0, ob1, two, q0, live, K, P, OCB, vload(a, bias0 + ob0 * V, L),
                       vload(a, bias0 + ob1 * V, L), acc, L)
 
 
-# --- pooling on blocked x ----------------------------------------------------------------
+# --- one block of channels at a time: pooling, depthwise -------------------------------------
+@inlined
+def _put_block(ya, y0, y_plain, n, cb, CB, C, P, q0, live, r0, r1, r2, r3, r4, r5, L):
+    """6 pixels of channel block cb into blocked y, or into plain y [N, C, P]."""
+    V = nlanes(L)
+    if y_plain:
+        vstore_columns(ya, y0 + (n * C + cb * V) * P + q0, P, min(V, C - cb * V), live, r0, r1, r2, r3, r4, r5)
+        return
+    yq = y0 + ((n * CB + cb) * P + q0) * V
+    vstore(ya, yq, r0)
+    if live > 1:
+        vstore(ya, yq + V, r1)
+    if live > 2:
+        vstore(ya, yq + 2 * V, r2)
+    if live > 3:
+        vstore(ya, yq + 3 * V, r3)
+    if live > 4:
+        vstore(ya, yq + 4 * V, r4)
+    if live > 5:
+        vstore(ya, yq + 5 * V, r5)
+
 def pool_eligible(g):
     """None when the blocked pool can run a pool geometry, else why not."""
     if len(g.kernel) > 2:
@@ -475,7 +496,7 @@ def _pool_pixel(a, xb, ih0, iw0, H, Wi, KH, KW, dh, dw, eh, ew, is_max, count_in
 
 
 @parallel_kernel
-def pool(a, x0, y0, y_plain, C, N, H, Wi, OH, OW, KH, KW, sh, sw, ph, pw, eh, ew, dh, dw, is_max,
+def pool(a, x0, ya, y0, y_plain, C, N, H, Wi, OH, OW, KH, KW, sh, sw, ph, pw, eh, ew, dh, dw, is_max,
          count_include_pad, chunk, L):
     """2-D max or average pooling of blocked x (at x0) into y (at y0: blocked, or plain
     [N, C, OH, OW] when y_plain): one vector of V channels per window tap, 6 pixels a tile.
@@ -501,18 +522,78 @@ def pool(a, x0, y0, y_plain, C, N, H, Wi, OH, OW, KH, KW, sh, sw, ph, pw, eh, ew
             r3 = _pool_pixel(a, xb, org[6], org[7], H, Wi, KH, KW, dh, dw, eh, ew, is_max, count_include_pad, L)
             r4 = _pool_pixel(a, xb, org[8], org[9], H, Wi, KH, KW, dh, dw, eh, ew, is_max, count_include_pad, L)
             r5 = _pool_pixel(a, xb, org[10], org[11], H, Wi, KH, KW, dh, dw, eh, ew, is_max, count_include_pad, L)
-            if y_plain:
-                vstore_columns(a, y0 + (n * C + cb * V) * P + q0, P, min(V, C - cb * V), live, r0, r1, r2, r3, r4, r5)
-                continue
-            yq = y0 + ((n * CB + cb) * P + q0) * V
-            vstore(a, yq, r0)
-            if live > 1:
-                vstore(a, yq + V, r1)
-            if live > 2:
-                vstore(a, yq + 2 * V, r2)
-            if live > 3:
-                vstore(a, yq + 3 * V, r3)
-            if live > 4:
-                vstore(a, yq + 4 * V, r4)
-            if live > 5:
-                vstore(a, yq + 5 * V, r5)
+            _put_block(ya, y0, y_plain, n, cb, CB, C, P, q0, live, r0, r1, r2, r3, r4, r5, L)
+
+
+def depthwise_eligible(g):
+    """None when nchwc_depthwise can run the conv (one input and one output channel per
+    group), else why not."""
+    if g.spatial_rank > 2:
+        return f"{g.spatial_rank}-D"
+    if not (g.groups == g.x_shape[1] == g.y_shape[1]):
+        return "not one input and one output channel per group"
+    return None
+
+
+def depthwise_packed_floats(g, lanes: int) -> int:
+    """Weights [block, kh * kw, V], the bias padded to whole blocks, V zeros."""
+    cb = -(-g.x_shape[1] // lanes)
+    return cb * prod(g.kernel) * lanes + cb * lanes + lanes
+
+
+@parallel_kernel
+def pack_depthwise(w, b, a, p0, L):
+    V = nlanes(L)
+    C, _, KH, KW = w.shape
+    CB = (C + V - 1) // V
+    T = KH * KW
+    for cb in prange(CB):
+        for t in range(T):
+            i = t // KW
+            j = t - i * KW
+            for ci in range(V):
+                c = cb * V + ci
+                a[p0 + (cb * T + t) * V + ci] = w[c, 0, i, j] if c < C else np.float32(0.0)
+    tail = p0 + CB * T * V
+    for c in range(CB * V + V):
+        a[tail + c] = b[c] if (b.size > 0 and c < C) else np.float32(0.0)
+
+
+@parallel_kernel
+def depthwise(a, x0, p0, ya, y0, y_plain, C, N, H, Wi, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw, chunk, L):
+    """Depthwise conv on blocked x: per tap one weight vector (V channels) and a vector of x
+    per pixel, 6 pixels a tile. Work items: (image, channel block, chunk of pixels)."""
+    V = nlanes(L)
+    P = OH * OW
+    CB = (C + V - 1) // V
+    T = KH * KW
+    chunks = (P + chunk - 1) // chunk
+    bias0 = p0 + CB * T * V
+    z0 = bias0 + CB * V
+    for it in prange(N * CB * chunks):
+        V = nlanes(L)
+        ch, cb, _, n = _item(it, chunks, CB, 1)
+        xb = x0 + (n * CB + cb) * H * Wi * V
+        wb = p0 + cb * T * V
+        bias = vload(a, bias0 + cb * V, L)
+        p_end = min(P, (ch + 1) * chunk)
+        oh = (ch * chunk) // OW
+        ow = ch * chunk - oh * OW
+        for q0 in range(ch * chunk, p_end, TP):
+            live = min(TP, p_end - q0)
+            org = _origins(oh, ow, live, OW, sh, sw, ph, pw)
+            oh, ow = org[12], org[13]
+            org = org[:12]
+            inside = _tile_inside(live, org[0], org[1], org[10], org[11], H, Wi, KH, KW, dh, dw, OW, sw, pw)
+            r0, r1, r2, r3, r4, r5 = bias, bias, bias, bias, bias, bias
+            for i in range(KH):
+                for j in range(KW):
+                    o0, o1, o2, o3, o4, o5 = _offsets(inside, xb, org, i * dh, j * dw, H, Wi, V, sw, z0, live)
+                    w = vload(a, wb + (i * KW + j) * V, L)
+                    r0 = vfma(vload(a, o0, L), w, r0)
+                    r1 = vfma(vload(a, o1, L), w, r1)
+                    r2 = vfma(vload(a, o2, L), w, r2)
+                    r3 = vfma(vload(a, o3, L), w, r3)
+                    r4 = vfma(vload(a, o4, L), w, r4)
+                    r5 = vfma(vload(a, o5, L), w, r5)
+            _put_block(ya, y0, y_plain, n, cb, CB, C, P, q0, live, r0, r1, r2, r3, r4, r5, L)

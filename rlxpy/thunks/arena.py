@@ -99,6 +99,7 @@ class BoundArena:
     inputs: Tuple[Tuple[str, object], ...]                  # (name, view in the stored layout)
     outputs: Tuple[Tuple[str, object], ...]
     input_layouts: Tuple[str, ...] = ()                     # per input: plain, or the blocked layout it is copied in as
+    direct: Tuple[Tuple[str, int, Callable], ...] = ()       # (output, thunk index, make() -> (array, call))
 
 
 class ArenaPool:
@@ -107,9 +108,11 @@ class ArenaPool:
     filled, every thunk's prepare step (data derived from params, such as packed weights)
     runs once, and every thunk is bound to it."""
 
-    def __init__(self, plan, backend, binders: Sequence[Callable], prepares: Sequence[Tuple[Callable, object]] = ()):
+    def __init__(self, plan, backend, binders: Sequence[Callable], prepares: Sequence[Tuple[Callable, object]] = (),
+                 output_binders: Sequence[Tuple[str, int, Callable]] = ()):
         self.plan, self.backend = plan, backend
         self.binders, self.prepares = tuple(binders), tuple(prepares)
+        self.output_binders = tuple(output_binders)
         self._free: List[BoundArena] = []
         self._lock = threading.Lock()
         self.made = 0
@@ -131,7 +134,7 @@ class ArenaPool:
                            tuple((name, b.view(arena, off, stored_shape(shape, layout)))
                                  for (name, (off, shape)), layout in zip(plan.inputs.items(), layouts)),
                            tuple((name, b.view(arena, off, shape)) for name, (off, shape) in plan.outputs.items()),
-                           layouts)
+                           layouts, tuple((name, i, bind(arena)) for name, i, bind in self.output_binders))
         with self._lock:
             self.made += 1
         return bound

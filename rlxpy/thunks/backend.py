@@ -45,6 +45,11 @@ class Backend(Protocol):
     def binder(self, thunk: Thunk) -> Binder:
         """What binds the thunk's kernel to an arena; NotImplementedError naming the node if none."""
 
+    def output_binder(self, thunk: Thunk, role: str, shape: Tuple[int, ...]) -> Optional[Callable]:
+        """For a thunk whose output `role` (of this shape) is a graph output no other thunk reads: what binds
+        it to an arena as a maker of (fresh output array, the call writing into it), so a
+        run returns that array with no copy out of the arena; None where the kernel can't."""
+
     def prepare(self, thunk: Thunk) -> Optional[Kernel]:
         """What fills this thunk's persistent bytes once per arena (after params are copied in), or None."""
 

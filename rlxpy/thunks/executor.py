@@ -88,8 +88,12 @@ class Executable:
                               self.threads, self.plan_memory, self.guard_bytes, self.algos)
             binders = [self.backend.binder(t) for t in plan.thunks]
             prepares = [(fn, t) for t in plan.thunks if (fn := self.backend.prepare(t)) is not None]
+            direct = [(name, i, fn) for name, (i, role) in plan.sole_outputs.items()
+                      if not self.guard_bytes and
+                      (fn := self.backend.output_binder(plan.thunks[i], role, plan.outputs[name][1])) is not None]
+            pool = ArenaPool(plan, self.backend, binders, prepares, direct)
             with self._lock:
-                hit = self._compiled.setdefault(key, Compiled(plan, ArenaPool(plan, self.backend, binders, prepares)))
+                hit = self._compiled.setdefault(key, Compiled(plan, pool))
         if remember:
             self._last = hit
         return hit
@@ -202,8 +206,17 @@ class Executable:
                     b.copy_into(view, inputs[name])
                 else:
                     b.copy_into_layout(view, inputs[name], layout)
-            self._launch_all(bound)
-            return {name: b.copy_out(view) for name, view in bound.outputs}
+            calls, out = bound.calls, {}
+            if bound.direct:                 # these thunks write straight into the arrays returned
+                calls = list(calls)
+                for name, i, make in bound.direct:
+                    out[name], fn = make()
+                    calls[i] = (fn, calls[i][1])
+            self._launch_each(calls)
+            for name, view in bound.outputs:
+                if name not in out:
+                    out[name] = b.copy_out(view)
+            return out
         finally:
             compiled.pool.release(bound)
 

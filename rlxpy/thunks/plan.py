@@ -37,6 +37,7 @@ class Plan:
     guards: Tuple[Tuple[int, int], ...] = ()          # (offset, bytes) of guard zones (tests)
     layouts: Dict[int, str] = field(default_factory=dict)   # value id -> stored layout, where not plain
     input_layouts: Dict[str, str] = field(default_factory=dict)   # graph input -> the layout it is copied in as
+    sole_outputs: Dict[str, Tuple[int, str]] = field(default_factory=dict)   # output -> (thunk, role) if unread
 
 
 def needed_nodes(nodes, outputs) -> List[int]:
@@ -156,6 +157,14 @@ def build_plan(nodes, params, outputs: Dict[str, int], input_shapes, config: Con
                 layout_of[vid] = want
         emit(rec, choice)
     outputs = {name: stored_as(v, PLAIN) for name, v in outputs.items()}
+    # outputs no thunk reads, one name each: a backend may write them straight into the
+    # arrays a run returns (no copy out of the arena)
+    sole, taken = {}, set()
+    for name, v in outputs.items():
+        if v in produced_at and v not in last_read and v not in taken:
+            t = produced_at[v]
+            sole[name] = (t, next(r for r in records[t].OUTPUTS if getattr(records[t], r) == v))
+            taken.add(v)
     values = list(order) + new_values
     pinned = set(outputs.values()) | {i for i in order if nodes[i].op in SOURCES}
     buffers = [A.Buffer(i, stored_bytes(shapes[i], layout_of.get(i, PLAIN)), -1 if i in pinned else produced_at[i],
@@ -184,4 +193,5 @@ def build_plan(nodes, params, outputs: Dict[str, int], input_shapes, config: Con
         sum_value_bytes=sum(A.align(max(b.nbytes, 1)) for b in buffers),
         params=tuple((offsets[i], params[i]) for i in order if nodes[i].op == "Param"),
         guards=guards, layouts=layout_of,
-        input_layouts={name: layout_of.get(v, PLAIN) for name, v in in_names.items()})
+        input_layouts={name: layout_of.get(v, PLAIN) for name, v in in_names.items()},
+        sole_outputs=sole)
