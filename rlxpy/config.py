@@ -29,6 +29,17 @@ def parse_bool(name: str, raw: str) -> bool:
     raise _refuse(name, raw, ", ".join(_TRUE + _FALSE))
 
 
+def parse_winograd(name: str, raw: str):
+    """RLX_WINOGRAD: on/off (F(2x2,3x3)), or f2 / f4 for the tile."""
+    v = raw.strip().lower()
+    if v in ("f2", "f4"):
+        return True if v == "f2" else "f4"
+    try:
+        return parse_bool(name, raw)
+    except ValueError:
+        raise _refuse(name, raw, ", ".join(_TRUE + _FALSE + ("f2", "f4"))) from None
+
+
 def parse_positive_int(name: str, raw: str) -> int:
     try:
         n = int(raw.strip())
@@ -53,7 +64,8 @@ TRITON_ALGOS = ("auto", "simple", "igemm", "igemm_nchw")
 SIMD_WIDTHS = (16, 8, 1)
 # algo names a conv-family node may be forced to (RLX_CONV_ALGO; DESIGN.md lists them)
 CONV_ALGOS = ("auto", "naive", "im2col", "direct", "winograd", "gemm1x1", "depthwise", "col2im", "simd_direct",
-              "nchwc_direct", "nchwc_plain_in", "nchwc_depthwise", "nchwc_pool", "parallel")
+              "nchwc_direct", "nchwc_plain_in", "nchwc_depthwise", "nchwc_pool", "parallel",
+              "winograd_f4")
 
 
 def parse_simd_width(name: str, raw: str) -> int:
@@ -74,8 +86,8 @@ class Flag:
 FLAGS: Tuple[Flag, ...] = (
     Flag("RLX_FAST_CONV", "fast_conv", parse_bool,
          "default on; off sends every record to its reference kernel"),
-    Flag("RLX_WINOGRAD", "winograd", parse_bool,
-         "Winograd F(2x2,3x3) on eligible 3x3 convs"),
+    Flag("RLX_WINOGRAD", "winograd", parse_winograd,
+         "Winograd on eligible 3x3 convs: on or f2 for F(2x2,3x3), f4 for F(4x4,3x3) on the blocked layout"),
     Flag("RLX_DIRECT_CONV", "direct_conv", parse_bool,
          "the direct kernel for stride-1, dilation-1 convs"),
     Flag("RLX_CONV_ALGO", "conv_algo", choice_parser(*CONV_ALGOS),
@@ -94,7 +106,7 @@ FLAGS: Tuple[Flag, ...] = (
 @dataclass(frozen=True)
 class Config:
     fast_conv: bool = True               # RLX_FAST_CONV
-    winograd: bool = False               # RLX_WINOGRAD
+    winograd: object = False             # RLX_WINOGRAD: False, True (F(2x2,3x3)) or "f4" (F(4x4,3x3))
     direct_conv: bool = False            # RLX_DIRECT_CONV
     conv_algo: str = "auto"              # RLX_CONV_ALGO
     num_threads: Optional[int] = None    # RLX_NUM_THREADS; None: every core numba sees
@@ -107,6 +119,8 @@ class Config:
             raise ValueError(f"Config.conv_algo={self.conv_algo!r}; accepted: {', '.join(CONV_ALGOS)}")
         if self.triton_algo not in TRITON_ALGOS:
             raise ValueError(f"Config.triton_algo={self.triton_algo!r}; accepted: {', '.join(TRITON_ALGOS)}")
+        if self.winograd not in (False, True, "f4"):
+            raise ValueError(f"Config.winograd={self.winograd!r}; accepted: False, True, 'f4'")
         if self.simd_width is not None and self.simd_width not in SIMD_WIDTHS:
             raise ValueError(f"Config.simd_width={self.simd_width!r}; accepted: None, 16, 8, 1")
         if self.num_threads is not None and (not isinstance(self.num_threads, int) or self.num_threads < 1):

@@ -96,6 +96,8 @@ GUARD_CASES = {
     ("Conv2D", "nchwc_depthwise"): ({"conv_algo": "nchwc_depthwise"}, _conv(stride=(1, 2), padding=((2, 0), (1, 1)),
                                                                              dilation=(2, 1), groups=11),
                                     {"x": (2, 11, 8, 9)}, {"w": (11, 1, 3, 3), "b": (11,)}),
+    ("Conv2D", "winograd_f4"): ({"winograd": "f4"}, _conv(padding=((1, 0), (2, 1))), {"x": (2, 11, 9, 10)},
+                                {"w": (19, 11, 3, 3), "b": (19,)}),
     ("Pool2D", "nchwc_pool"): ({}, lambda g, v: g.pool(v["x"], "avg", 3, stride=2, padding=1, ceil_mode=True,
                                                        count_include_pad=False), {"x": (2, 11, 7, 8)}, {}),
     ("Conv3d", "im2col"): ({}, lambda g, v: g.conv3d(v["x"], v["w"], padding=1), {"x": (2, 3, 4, 5, 4)},

@@ -261,3 +261,67 @@ def test_a_final_vector_kernel_writes_the_returned_array_itself_and_runs_stay_in
     for name in want1:
         assert_close(r1[name], want1[name], TOL, name)   # the first run's arrays are not the second's
         assert_close(r2[name], want2[name], TOL, name)
+
+
+# Winograd F(4x4,3x3): its transforms scale by up to 8 (A), 5 (B) and 1/24 (G), so rounding
+# grows with cancellation; 1e-3 of the output scale, as F(2x2,3x3) in test_fast_parity.
+F4_TOL = 1e-3
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: c.id)
+def test_winograd_f4_matches_reference_at_every_width(case, width):
+    ref, _, _, _ = run_case(case, REFERENCE, seed=52)
+    out, exe, _, _ = run_case(case, rx.Config(winograd="f4", simd_width=width), seed=52)
+    th = main_thunk(exe)
+    (_, x), (_, w) = case.inputs[0], case.params[0]
+    kw = case.kw
+    if len(x) == 4 and w[2:] == (3, 3) and kw["stride"] == 1 and kw["dilation"] == 1 and kw["groups"] == 1:
+        assert (th.algo, th.tiling.lanes) == ("winograd_f4", width), exe.explain()
+        assert_close(out, ref, F4_TOL, f"winograd_f4 {width} {case.id}")
+    else:
+        assert th.algo != "winograd_f4"
+        assert_close(out, ref, TOL, f"{th.algo} {width} {case.id}")
+
+
+def test_winograd_f4_error_is_stated_and_bounded():
+    """README: the F(4x4,3x3) error against float64, next to F(2x2,3x3) and the direct kernel,
+    on 64 -> 64 channels (a sum of 576 products), small odd planes to exercise edge tiles."""
+    rng = np.random.default_rng(53)
+    g = rx.Graph()
+    x = g.input("x", (2, 64, 15, 13))
+    g.output("y", g.conv(x, g.param("w", rand(rng, 64, 64, 3, 3, scale=0.1)), padding=1))
+    xv = rand(rng, 2, 64, 15, 13)
+    ref = rx.compile(g, REFERENCE).run({"x": xv})["y"].astype(np.float64)
+    scale = np.abs(ref).max()
+    err = {}
+    for name, config in (("f4", rx.Config(winograd="f4")), ("f2", rx.Config(winograd=True)),
+                         ("direct", rx.Config(conv_algo="nchwc_direct"))):
+        exe = rx.compile(g, config)
+        err[name] = float(np.abs(exe.run({"x": xv})["y"] - ref).max() / scale)
+    assert err["f4"] < 1e-4 and err["f2"] < 1e-4 and err["direct"] < 1e-5
+    assert err["f4"] > err["direct"]          # the transforms do cost precision
+
+
+def test_rlx_winograd_f4_flag():
+    assert rx.Config.from_env({"RLX_WINOGRAD": "f4"}).winograd == "f4"
+    assert rx.Config.from_env({"RLX_WINOGRAD": "f2"}).winograd is True
+    assert rx.Config.from_env({"RLX_WINOGRAD": "on"}).winograd is True
+    with pytest.raises(ValueError, match=r"RLX_WINOGRAD='f6'.*f2, f4"):
+        rx.Config.from_env({"RLX_WINOGRAD": "f6"})
+    with pytest.raises(ValueError, match="Config.winograd"):
+        rx.Config(winograd="f3")
+
+
+def test_winograd_f4_splits_output_channels_on_small_images():
+    """A 7x7 plane has 4 tiles: one tile block per image, so the output channels are split
+    over work items to keep both workers busy; the result does not depend on the split."""
+    rng = np.random.default_rng(54)
+    g = rx.Graph()
+    x = g.input("x", (1, 48, 7, 7))
+    g.output("y", g.conv(x, g.param("w", rand(rng, 80, 48, 3, 3, scale=0.1)), padding=1))
+    exe = rx.compile(g, rx.Config(winograd="f4"))
+    th = main_thunk(exe)
+    assert th.algo == "winograd_f4" and th.tiling.k_blocks == (1 if exe.threads == 1 else th.tiling.k_blocks)
+    xv = rand(rng, 1, 48, 7, 7)
+    assert_close(exe.run({"x": xv})["y"], rx.compile(g, REFERENCE).run({"x": xv})["y"], F4_TOL)

@@ -21,7 +21,7 @@ from .conv2d import winograd_filter_floats, winograd_slot_floats
 from .conv3d import im2col_slot_floats
 from .conv_transpose import col2im_slot_floats
 from ..thunks.layout import blocked, lanes_of
-from . import direct_simd, nchwc, simd
+from . import direct_simd, nchwc, simd, winograd_f4
 
 CHOOSE: Dict[Type[R.Record], Callable[[R.Record, ChoiceContext], Choice]] = {}
 chooser = registrar(CHOOSE, "CPU chooser")   # @chooser(RecordType)
@@ -110,6 +110,15 @@ def _forced_depthwise(rec, ctx):
     return depthwise_choice(rec.geometry, ctx, f"{_WHY}=nchwc_depthwise") if r is None else r
 
 
+def winograd_f4_choice(g: ConvGeometry, ctx: ChoiceContext, why: str) -> Choice:
+    lanes = simd.resolve_width(ctx.config.simd_width)
+    return _capped(Choice("winograd_f4", f"{why} (F(4x4,3x3) on NCHW{lanes}c, {winograd_f4.TILES} tiles a work item)",
+                          ctx.threads * 4 * winograd_f4.slot_floats(g, lanes), 4 * winograd_f4.packed_floats(g, lanes),
+                          Tiling(tile=winograd_f4.TILES, k_blocks=winograd_f4.k_groups(g, lanes, ctx.threads),
+                                 lanes=lanes),
+                          (("x", blocked(lanes)), ("y", blocked(lanes))), plain_ok=("y",)))
+
+
 def nchwc_default_reason(g: ConvGeometry, lanes: int) -> Optional[str]:
     """None when the default rule takes nchwc_direct, else why not."""
     why = nchwc.eligible(g, lanes)
@@ -176,6 +185,8 @@ FORCED = {
     (R.Conv2D, "nchwc_plain_in"): _forced_plain_in,
     (R.Conv2D1x1, "nchwc_plain_in"): _forced_plain_in,
     (R.Conv2D, "nchwc_depthwise"): _forced_depthwise,
+    (R.Conv2D, "winograd_f4"): _forced(lambda rec, ctx: winograd_f4_choice(rec.geometry, ctx, f"{_WHY}=winograd_f4"),
+                                       winograd_f4.eligible),
     (R.Pool2D, "parallel"): lambda rec, ctx: parallel("pool2d", ctx.config, f"{_WHY}=parallel: over the N*C planes"),
     (R.Pool2D, "nchwc_pool"): lambda rec, ctx: nchwc_pool_choice(rec, ctx) or "3-D",
 }
@@ -283,7 +294,9 @@ def choose_conv2d(rec: R.Conv2D, ctx: ChoiceContext) -> Choice:
     c, k = g.x_shape[1], g.y_shape[1]
     passed: List[str] = []
     wino = winograd_reason(g)
-    if config.winograd and wino is None:
+    if config.winograd == "f4" and wino is None and winograd_f4.eligible(g) is None:
+        return winograd_f4_choice(g, ctx, "RLX_WINOGRAD=f4: 3x3, stride 1, dilation 1, groups 1")
+    if config.winograd is True and wino is None:
         tiles = g.x_shape[0] * ceil(g.y_shape[2] / 2) * ceil(g.y_shape[3] / 2)
         block = _winograd_block(tiles)
         k_blocks = _split(ceil(tiles / block), ctx.threads, max(1, k // 32))

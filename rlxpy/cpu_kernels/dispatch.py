@@ -16,7 +16,7 @@ from ..thunks import records as R
 from ..thunks.arena import view
 from ..thunks.layout import PLAIN, lanes_of
 from ..thunks.records import Thunk
-from . import backward, conv2d, conv3d, conv_transpose, direct_simd, im2col, nchwc, pool, resize, simd
+from . import backward, conv2d, conv3d, conv_transpose, direct_simd, im2col, nchwc, pool, resize, simd, winograd_f4
 
 EXEC: Dict[Tuple[Type[R.Record], str], Callable[[Thunk, np.ndarray], None]] = {}
 runs = registrar(EXEC, "CPU kernel")            # @runs(RecordType, algo)
@@ -338,6 +338,35 @@ def pool_nchwc(t, arena):
                         t.record.kind == "max", t.record.count_include_pad, t.tiling.tile, simd.lanes(t.tiling.lanes))
 
 
+def _f4_pack_args(t, arena):
+    g = t.record.geometry
+    w = at(t, arena, "w", (g.y_shape[1], g.x_shape[1], 3, 3))
+    return w, bias_of(t, arena), arena, t.persistent_off // 4, simd.lanes(t.tiling.lanes)
+
+
+@prepares(R.Conv2D, "winograd_f4")
+def winograd_f4_prepare(t, arena):
+    """A param's filters transformed (G g G^T) and packed, once per arena."""
+    return winograd_f4.pack, _f4_pack_args(t, arena)
+
+
+@runs(R.Conv2D, "winograd_f4")
+def conv_winograd_f4(t, arena):
+    g = t.record.geometry
+    (c, h, wi), (k, oh, ow) = g.x_shape[1:], g.y_shape[1:]
+    args = (arena, t.off("x") // 4, t.persistent_off // 4, arena, t.off("y") // 4, t.layout("y") == PLAIN, k,
+            g.x_shape[0], c, h, wi, oh, ow, *g.pad_begin, t.scratch_off // 4, slot_floats(t, _threads()),
+            t.tiling.k_blocks, simd.lanes(t.tiling.lanes))
+    if t.record.weight_const:
+        return winograd_f4.conv, args
+    pack = _f4_pack_args(t, arena)
+
+    def run():
+        winograd_f4.pack(*pack)
+        winograd_f4.conv(*args)
+    return run, ()
+
+
 def _y_at(ya_index: int):
     """OUTPUT_ARG entry: the kernel's (ya, y0) arguments at ya_index pointed at array y."""
     return lambda args, y: args[:ya_index] + (y, 0) + args[ya_index + 2:]
@@ -349,6 +378,7 @@ OUTPUT_ARG = {
     (R.Conv2D, "nchwc_plain_in"): _y_at(3), (R.Conv2D1x1, "nchwc_plain_in"): _y_at(3),
     (R.Conv2D, "nchwc_depthwise"): _y_at(3),
     (R.Pool2D, "nchwc_pool"): _y_at(2),
+    (R.Conv2D, "winograd_f4"): _y_at(3),
 }
 
 

@@ -24,7 +24,7 @@ argument measured 60 ms per call: each call retries the non-literal compile firs
     vstore_columns(a, ...)  6 vectors as columns of W rows      (transpose, masked stores)
     vzero(W)                zeros
     vfma(a, b, c)           a*b + c, one rounding               (llvm.fma.vWf32)
-    vadd, vmul(a, b)        lane-wise                           (fadd, fmul)
+    vadd, vsub, vmul(a, b)  lane-wise                           (fadd, fsub, fmul)
     vmax, vmin(a, b)        lane-wise, NaN wins as in PyTorch's pooling (fcmp + select)
     vhsum(v)                the sum of the lanes
     vlane(v, k)             lane k as a float32
@@ -373,6 +373,7 @@ def _binary(build):
 
 
 vadd = _binary(lambda b, x, y: b.fadd(x, y))
+vsub = _binary(lambda b, x, y: b.fsub(x, y))
 vmul = _binary(lambda b, x, y: b.fmul(x, y))
 # PyTorch's pooling rule: a NaN in the window wins. x if (x > y or x is NaN) else y, which
 # gives y when y is NaN (x > NaN is false) and x when x is.
