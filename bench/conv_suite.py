@@ -128,7 +128,7 @@ def geomean(xs):
 
 # Algos tried for "best" beside the default (each only where eligible: a forced algo that
 # can't run a case falls back to the default choice, and is then not timed twice).
-CANDIDATES = ("im2col", "winograd", "nchwc_direct", "nchwc_plain_in", "nchwc_depthwise", "depthwise", "gemm1x1",
+CANDIDATES = ("im2col", "winograd", "winograd_f4", "nchwc_direct", "nchwc_plain_in", "nchwc_depthwise", "depthwise", "gemm1x1",
               "parallel", "nchwc_pool")
 
 

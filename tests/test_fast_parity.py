@@ -27,16 +27,18 @@ FAST = rx.Config()
 WINOGRAD = rx.Config(winograd=True)
 DIRECT = rx.Config(direct_conv=True)
 CONFIGS = {"default": FAST, "winograd": WINOGRAD, "direct": DIRECT}
-TOL = {"im2col": 1e-4, "gemm1x1": 1e-4, "direct": 1e-4, "depthwise": 1e-4, "simd_direct": 1e-4, "winograd": 1e-3,
+TOL = {"nchwc_depthwise": 1e-4, "im2col": 1e-4, "gemm1x1": 1e-4, "direct": 1e-4, "depthwise": 1e-4, "simd_direct": 1e-4, "winograd": 1e-3,
        "nchwc_direct": 1e-4, "nchwc_plain_in": 1e-4}
 
 
 def expected_conv2d_algo(config, case):
     """DESIGN.md's precedence, restated from the case's own fields: Winograd, direct, then
-    the default rule: a plain-input vector conv for fewer input channels than lanes
-    (groups 1, up to 2-D), depthwise, the blocked vector conv where a group's channels are
-    whole blocks (or there is one group) and padding them to blocks adds at most a third,
-    im2col; 1x1 unpadded stride-1 groups-1 -> GEMM."""
+    the default rule: with vectors (more than 1 lane), a plain-input vector conv for fewer
+    input channels than lanes (groups 1, up to 2-D) and the blocked depthwise kernel
+    (multiplier 1); the per-plane depthwise kernel (one input channel per group); with
+    vectors, the blocked conv where a group's channels are whole blocks (or there is one
+    group) and padding them to blocks adds at most a third; im2col. 1x1 unpadded stride-1
+    groups-1 -> GEMM."""
     kw, (_, x), (_, w) = case.kw, case.inputs[0], case.params[0]
     nsp = len(x) - 2
     lanes = simd.resolve_width(config.simd_width)
@@ -48,10 +50,14 @@ def expected_conv2d_algo(config, case):
         return "winograd"
     if config.direct_conv and all(s == 1 for s in stride) and all(d == 1 for d in dilation):
         return "direct"
-    if nsp <= 2 and groups == 1 and c < lanes:
+    if lanes > 1 and nsp <= 2 and groups == 1 and c < lanes:
         return "nchwc_plain_in"
+    if lanes > 1 and nsp <= 2 and c == groups == kout:   # depthwise, multiplier 1
+        return "nchwc_depthwise"
     if c == groups:      # one input channel per group
         return "depthwise"
+    if lanes == 1:
+        return "im2col"
     blocks = lambda n: -(-n // lanes) * lanes  # noqa: E731
     whole = groups == 1 or ((c // groups) % lanes == 0 and (kout // groups) % lanes == 0)
     if nsp <= 2 and whole and (groups > 1 or blocks(c) * blocks(kout) <= 1.34 * c * kout):
@@ -202,7 +208,8 @@ def test_other_fast_kernels_match_reference(case):
     ref, _, _, _ = run_case(case, REFERENCE, seed=25)
     out, exe, _, _ = run_case(case, FAST, seed=25)
     spatial = len(case.inputs[0][1]) - 2
-    expected = "nchwc_pool" if case.op == "pool" and spatial <= 2 else OTHER_ALGO[case.op]
+    vectors = simd.resolve_width(None) > 1
+    expected = "nchwc_pool" if case.op == "pool" and spatial <= 2 and vectors else OTHER_ALGO[case.op]
     assert main_thunk(exe).algo == expected, exe.explain()
     assert_close(out, ref, 1e-4, case.id)
 

@@ -80,7 +80,7 @@ def _chain(rng, c=5, k=11):
 def test_a_chain_stays_blocked_between_vector_convs_and_reorders_only_at_its_edges(width):
     rng = np.random.default_rng(42)
     g = _chain(rng)
-    exe = rx.compile(g, rx.Config(conv_algo="nchwc_direct", simd_width=width))
+    exe = rx.compile(g, rx.Config(conv_algo="nchwc_direct", simd_width=width), algos={"p": "nchwc_pool"})
     xv = rand(rng, 2, 5, 13, 10)
     out, ref = exe.run({"x": xv}), rx.compile(g, REFERENCE).run({"x": xv})
     for name in ref:
@@ -219,7 +219,7 @@ def test_nchwc_pool_matches_reference_with_nans_at_every_width(case, width):
     inputs, _ = case_arrays(case, seed=49)
     inputs["x"].reshape(-1)[[0, 7, 30]] = np.nan
     g = one_node_graph(case, inputs)
-    exe = rx.compile(g, rx.Config(simd_width=width))
+    exe = rx.compile(g, rx.Config(simd_width=width, conv_algo="nchwc_pool"))
     out, ref = exe.run(inputs)["out"], rx.compile(g, REFERENCE).run(inputs)["out"]
     assert (main_thunk(exe).algo, main_thunk(exe).tiling.lanes) == ("nchwc_pool", width)
     assert np.array_equal(np.isnan(out), np.isnan(ref)) and np.isnan(ref).any()

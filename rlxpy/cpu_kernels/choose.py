@@ -309,12 +309,16 @@ def choose_conv2d(rec: R.Conv2D, ctx: ChoiceContext) -> Choice:
         return Choice("direct", "RLX_DIRECT_CONV on: stride 1, dilation 1; " + "; ".join(passed))
     passed.append(_not_taken("direct", "RLX_DIRECT_CONV", config.direct_conv, direct))
     lanes = simd.resolve_width(config.simd_width)
-    if g.groups == 1 and g.x_shape[1] < lanes and nchwc.plain_in_eligible(g, lanes) is None:
+    if lanes == 1:      # no vectors (RLX_SIMD_WIDTH=1): the blocked kernels run scalar, BLAS is faster
+        passed.append("vector kernels: RLX_SIMD_WIDTH=1")
+    if lanes > 1 and g.groups == 1 and g.x_shape[1] < lanes and nchwc.plain_in_eligible(g, lanes) is None:
         return plain_in_choice(g, ctx, f"vector direct conv, {g.x_shape[1]} input channels (< {lanes} lanes)",
                                passed)
+    if lanes > 1 and nchwc.depthwise_eligible(g) is None:
+        return depthwise_choice(g, ctx, "depthwise on vectors of channels", passed)
     if is_depthwise(g):
         return Choice("depthwise", "one input channel per group: per-channel kernel; " + "; ".join(passed))
-    blocked_why = nchwc_default_reason(g, lanes)
+    blocked_why = "RLX_SIMD_WIDTH=1" if lanes == 1 else nchwc_default_reason(g, lanes)
     if blocked_why is None:
         return nchwc_choice(g, ctx, "vector direct conv", passed)
     return im2col_choice(g, ctx, f"im2col+GEMM ({blocked_why}); " + "; ".join(passed))
@@ -394,6 +398,8 @@ def choose_pool(rec, ctx: ChoiceContext) -> Choice:
     family = "pool3d" if isinstance(rec, R.Pool3D) else "pool2d"
     if not ctx.config.fast_conv:
         return reference(family, ctx.config)
+    if simd.resolve_width(ctx.config.simd_width) == 1:
+        return parallel(family, ctx.config, "parallel over the N*C planes (RLX_SIMD_WIDTH=1: no vectors)")
     return nchwc_pool_choice(rec, ctx) or parallel(family, ctx.config)
 
 

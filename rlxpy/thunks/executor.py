@@ -23,7 +23,7 @@ from .records import Thunk
 REPRESENTATIVE_SIZES = (1, 8, 16, 32, 64, 128, 224, 256, 512, 1024)
 
 
-CONV_FAMILY = ("Conv", "Conv3d", "ConvTranspose2d", "ConvTranspose3d", "Conv2dBackwardInput", "Conv2dBackwardWeight")
+CONV_FAMILY = ("Conv", "Conv3d", "ConvTranspose2d", "ConvTranspose3d", "Conv2dBackwardInput", "Conv2dBackwardWeight", "Pool")
 
 
 def check_algos(graph: Graph, algos) -> Dict[str, str]:
