@@ -208,8 +208,12 @@ CASES: Tuple[Case, ...] = (
     conv_transpose(2, 1, (3, 4), 2, (2, 2), stride=3, dilation=2, output_padding=1, tags=(F,)),
     conv_transpose(3, 4, (3, 4, 3), 2, (3, 2, 2), stride=(2, 1, 2), padding=((1, 0), 0, 1),
                    output_padding=(1, 0, 0), dilation=(1, 2, 1), groups=2, bias=True, tags=(F,)),
+    conv_transpose(2, 12, (7, 6), 10, (3, 3), padding=1, bias=True, tags=(F,)),          # stride 1: a conv
+    conv_transpose(1, 16, (5, 6), 8, (3, 2), padding=((2, 0), (1, 1)), dilation=(1, 2), groups=2, tags=(F,)),
     backward_input(3, 6, (9, 8), 4, (3, 2), stride=2, padding=((1, 0), (0, 1)), dilation=(2, 1), groups=2,
                    tags=(F,)),
+    backward_input(2, 16, (7, 8), 16, (3, 3), padding=2, dilation=2, groups=2, tags=(F,)),
+    backward_input(1, 5, (6, 7), 7, (2, 3), padding=((1, 0), (0, 2)), tags=(F,)),
     backward_input(1, 64, (9, 9), 64, (3, 3), padding=1, tags=(F,)),
     backward_weight(3, 6, (9, 8), 4, (3, 2), stride=2, padding=((1, 0), (0, 1)), dilation=(2, 1), groups=2,
                     tags=(F,)),

@@ -325,3 +325,26 @@ def test_winograd_f4_splits_output_channels_on_small_images():
     assert th.algo == "winograd_f4" and th.tiling.k_blocks == (1 if exe.threads == 1 else th.tiling.k_blocks)
     xv = rand(rng, 1, 48, 7, 7)
     assert_close(exe.run({"x": xv})["y"], rx.compile(g, REFERENCE).run({"x": xv})["y"], F4_TOL)
+
+
+TRANSPOSED_CASES = [c for c in cases("fast") if c.op in ("conv_transpose2d", "conv2d_backward_input")]
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("case", TRANSPOSED_CASES, ids=lambda c: c.id)
+def test_stride1_transposed_convs_and_input_gradients_run_as_vector_convs(case, width):
+    """Stride 1: the forward conv of the input (or dy) with flipped, per-group transposed
+    weights and padding d*(k-1) - p; other strides say why not and keep col2im."""
+    ref, _, _, _ = run_case(case, REFERENCE, seed=55)
+    out, exe, _, _ = run_case(case, rx.Config(conv_algo="nchwc_direct", simd_width=width), seed=55)
+    th = main_thunk(exe)
+    stride = case.kw["stride"]
+    groups, (_, w) = case.kw["groups"], case.params[0]
+    cout = case.kw["input_shape"][1] if case.op == "conv2d_backward_input" else w[1] * groups
+    whole = groups == 1 or ((w[0] // groups) % width == 0 and (cout // groups) % width == 0)
+    if stride == 1 and whole:
+        assert (th.algo, th.tiling.lanes) == ("nchwc_direct", width), exe.explain()
+        assert "flipped, transposed weights" in th.why
+    else:
+        assert th.algo == "col2im" and "nchwc_direct not eligible" in th.why
+    assert_close(out, ref, TOL, f"{th.algo} {width} {case.id}")

@@ -68,13 +68,31 @@ def _then(passed) -> str:
     return "".join(f"; {p}" for p in passed)
 
 
-def nchwc_choice(g: ConvGeometry, ctx: ChoiceContext, why: str, passed=()) -> Choice:
+def nchwc_choice(g: ConvGeometry, ctx: ChoiceContext, why: str, passed=(), roles=("x", "y")) -> Choice:
     lanes = simd.resolve_width(ctx.config.simd_width)
     chunk, _ = nchwc.items(g.lifted(2), lanes, ctx.threads)
     return _capped(Choice("nchwc_direct", f"{why} (NCHW{lanes}c, 6 pixels x 2 blocks of {lanes} channels a "
                                           f"tile){_then(passed)}",
                           0, 4 * nchwc.packed_floats(g.lifted(2), lanes), Tiling(tile=chunk, lanes=lanes),
-                          (("x", blocked(lanes)), ("y", blocked(lanes))), plain_ok=("y",)))
+                          ((roles[0], blocked(lanes)), (roles[1], blocked(lanes))), plain_ok=(roles[1],)))
+
+
+def transposed_nchwc_reason(rec, lanes: int) -> Optional[str]:
+    """None when a transposed conv or input gradient runs as nchwc_direct (stride 1)."""
+    fwd = nchwc.as_forward(rec)
+    if isinstance(fwd, str):
+        return fwd
+    return nchwc.eligible(fwd[0], lanes)
+
+
+def transposed_nchwc_choice(rec, ctx: ChoiceContext, why: str) -> Choice:
+    g, x_role, y_role = nchwc.as_forward(rec)
+    return nchwc_choice(g, ctx, f"{why}: the forward conv with flipped, transposed weights", roles=(x_role, y_role))
+
+
+def _forced_transposed_nchwc(rec, ctx):
+    r = transposed_nchwc_reason(rec, simd.resolve_width(ctx.config.simd_width))
+    return transposed_nchwc_choice(rec, ctx, f"{_WHY}=nchwc_direct") if r is None else r
 
 
 # Past this share of padded channels (in x out, over the real ones) the blocked kernel's
@@ -185,6 +203,8 @@ FORCED = {
     (R.Conv2D, "nchwc_plain_in"): _forced_plain_in,
     (R.Conv2D1x1, "nchwc_plain_in"): _forced_plain_in,
     (R.Conv2D, "nchwc_depthwise"): _forced_depthwise,
+    (R.ConvTranspose2d, "nchwc_direct"): _forced_transposed_nchwc,
+    (R.Conv2dBackwardInput, "nchwc_direct"): _forced_transposed_nchwc,
     (R.Conv2D, "winograd_f4"): _forced(lambda rec, ctx: winograd_f4_choice(rec.geometry, ctx, f"{_WHY}=winograd_f4"),
                                        winograd_f4.eligible),
     (R.Pool2D, "parallel"): lambda rec, ctx: parallel("pool2d", ctx.config, f"{_WHY}=parallel: over the N*C planes"),
@@ -359,16 +379,30 @@ def col2im_choice(family: str, g: ConvGeometry, ctx: ChoiceContext, transposed_i
     return _capped(Choice("col2im", "GEMM into columns + col2im", scratch, 0, Tiling(0, k_blocks)))
 
 
+def _vector_transposed(rec, ctx: ChoiceContext) -> Optional[Choice]:
+    """The default for a stride-1 transposed conv or input gradient: nchwc_direct on the
+    forward conv it equals, where that conv would take it."""
+    lanes = simd.resolve_width(ctx.config.simd_width)
+    if not ctx.config.fast_conv or lanes == 1 or transposed_nchwc_reason(rec, lanes) is not None:
+        return None
+    if nchwc_default_reason(nchwc.as_forward(rec)[0], lanes) is not None:
+        return None
+    return transposed_nchwc_choice(rec, ctx, "stride 1")
+
+
 @chooser(R.ConvTranspose2d)
 @chooser(R.ConvTranspose3d)
 def choose_conv_transpose(rec, ctx: ChoiceContext) -> Choice:
     family = "conv_transpose3d" if isinstance(rec, R.ConvTranspose3d) else "conv_transpose2d"
+    if type(rec) is R.ConvTranspose2d and (vec := _vector_transposed(rec, ctx)) is not None:
+        return vec
     return col2im_choice(family, rec.geometry, ctx, transposed_in=True)
 
 
 @chooser(R.Conv2dBackwardInput)
 def choose_conv2d_backward_input(rec, ctx: ChoiceContext) -> Choice:
-    return col2im_choice("conv2d_backward_input", rec.geometry, ctx, transposed_in=False)
+    vec = _vector_transposed(rec, ctx)
+    return vec if vec is not None else col2im_choice("conv2d_backward_input", rec.geometry, ctx, transposed_in=False)
 
 
 @chooser(R.Conv2dBackwardWeight)

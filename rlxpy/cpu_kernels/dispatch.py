@@ -382,6 +382,46 @@ OUTPUT_ARG = {
 }
 
 
+def _transposed_nchwc(t, arena):
+    """(kernel args, pack args) of a transposed conv or input gradient run as nchwc_direct."""
+    g, x_role, y_role = nchwc.as_forward(t.record)
+    g = g.lifted(2)
+    lanes = t.tiling.lanes
+    orig = t.record.geometry
+    w = at(t, arena, "w", (g.x_shape[1], g.y_shape[1] // g.groups) + tuple(orig.kernel))
+    bias = bias_of(t, arena) if "b" in t.record.roles() else NO_BIAS
+    (_, h, wi), (_, oh, ow) = g.x_shape[1:], g.y_shape[1:]
+    args = (arena, t.off(x_role) // 4, t.persistent_off // 4, arena, t.off(y_role) // 4, t.layout(y_role) == PLAIN,
+            g.y_shape[1], g.x_shape[0], h, wi, oh, ow, *g.kernel, *g.stride, *g.pad_begin, *g.dilation, g.groups,
+            *nchwc.group_blocks(g, lanes), t.tiling.tile, simd.lanes(lanes))
+    pack = (w, bias, arena, t.persistent_off // 4, g.groups, *nchwc.group_blocks(g, lanes), simd.lanes(lanes))
+    return args, pack
+
+
+def _pack_transposed(pack):
+    w, b, arena, p0, groups, cbg, ocbg, lanes = pack
+    nchwc.pack(nchwc.forward_weights(w, groups), b, arena, p0, groups, cbg, ocbg, lanes)
+
+
+@prepares(R.Conv2dBackwardInput, "nchwc_direct")
+def transposed_nchwc_prepare(t, arena):
+    """The weights flipped, transposed per group and packed, once per arena."""
+    return _pack_transposed, (_transposed_nchwc(t, arena)[1],)
+
+
+@runs(R.Conv2dBackwardInput, "nchwc_direct")
+@runs(R.ConvTranspose2d, "nchwc_direct")
+def transposed_nchwc(t, arena):
+    args, pack = _transposed_nchwc(t, arena)
+    if getattr(t.record, "weight_const", False):
+        return nchwc.conv, args
+
+    def run():                         # a transposed conv's weight (no prepare step), or a graph input
+        _pack_transposed(pack)
+        nchwc.conv(*args)
+    return run, ()
+
+
 @runs(R.Reorder, "reorder")
 def reorder(t, arena):
     g = t.record.geometry

@@ -29,6 +29,35 @@ TP = 6          # output pixels per tile
 BLOCKS = 2      # blocks of V output channels per tile
 
 
+def as_forward(rec):
+    """A stride-1 transposed conv or conv input gradient as the forward conv it equals: the
+    gradient (or the input) convolved with the flipped, per-group transposed weights, with
+    padding d*(k-1) - p; (geometry, input role, output role), or a reason it is not one."""
+    from ..thunks.geometry import ConvGeometry
+    g = rec.geometry
+    if any(s != 1 for s in g.stride):
+        return f"stride {tuple(g.stride)}"
+    reach = tuple(d * (k - 1) for d, k in zip(g.dilation, g.kernel))
+    pb = tuple(r - p for r, p in zip(reach, g.pad_begin))
+    pe = tuple(r - p for r, p in zip(reach, g.pad_end))
+    if min(pb + pe) < 0:
+        return "padding wider than the dilated kernel"
+    if hasattr(rec, "dy"):         # an input gradient: dy -> dx
+        return ConvGeometry(g.y_shape, g.x_shape, g.kernel, g.stride, pb, pe, g.dilation, g.groups), "dy", "dx"
+    out = g.y_shape                 # a transposed conv: x -> y (y_shape already holds output_padding, 0 at stride 1)
+    return ConvGeometry(g.x_shape, out, g.kernel, g.stride, pb, pe, g.dilation, g.groups), "x", "y"
+
+
+def forward_weights(w, groups: int):
+    """[A, B/groups, *k] weights of a transposed conv or an input gradient as the forward
+    weights [B, A/groups, *k] of as_forward: per group transposed, every tap flipped."""
+    a, bg = w.shape[:2]
+    k = w.shape[2:]
+    t = w.reshape((groups, a // groups, bg) + k).transpose((0, 2, 1) + tuple(range(3, 3 + len(k))))
+    t = t.reshape((groups * bg, a // groups) + k)
+    return np.ascontiguousarray(t[(slice(None), slice(None)) + (slice(None, None, -1),) * len(k)])
+
+
 def eligible(g, lanes: int):
     """None when nchwc_direct can run the conv, else why not (the channels of a group
     must be whole blocks, unless there is one group)."""
