@@ -277,17 +277,7 @@ def _not_taken(name: str, flag: str, requested: bool, reason: Optional[str]) -> 
     return f"{name} requested but {reason}"
 
 
-def winograd_reason(g: ConvGeometry) -> Optional[str]:
-    """None when eligible: 3x3, stride 1, dilation 1, groups 1."""
-    if tuple(g.kernel) != (3, 3):
-        return f"kernel {tuple(g.kernel)}"
-    if tuple(g.stride) != (1, 1):
-        return f"stride {tuple(g.stride)}"
-    if tuple(g.dilation) != (1, 1):
-        return f"dilation {tuple(g.dilation)}"
-    if g.groups != 1:
-        return f"groups {g.groups}"
-    return None
+winograd_reason = winograd_f4.winograd_reason   # F(2x2,3x3) and F(4x4,3x3) take the same convs
 
 
 def direct_reason(g: ConvGeometry) -> Optional[str]:

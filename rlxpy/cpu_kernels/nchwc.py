@@ -205,6 +205,15 @@ def _origins(oh, ow, live, OW, sh, sw, ph, pw):
 
 
 @inlined
+def _chunk(ch, chunk, P, OW):
+    """A work item's chunk of output pixels: one past its last, and its first pixel (oh, ow)
+    (one integer division per chunk)."""
+    first = ch * chunk
+    oh = first // OW
+    return min(P, first + chunk), oh, first - oh * OW
+
+
+@inlined
 def _inside(ih, iw, H, Wi, KH, KW, dh, dw):
     return ih >= 0 and iw >= 0 and ih + (KH - 1) * dh < H and iw + (KW - 1) * dw < Wi
 
@@ -349,9 +358,7 @@ def conv(a, x0, p0, ya, y0, y_plain, K, N, H, Wi, OH, OW, KH, KW, sh, sw, ph, pw
         ob0 = g * OCBg + 2 * pr
         two = 2 * pr + 1 < OCBg
         ob1 = ob0 + 1 if two else ob0
-        p_end = min(P, (ch + 1) * chunk)
-        oh = (ch * chunk) // OW
-        ow = ch * chunk - oh * OW
+        p_end, oh, ow = _chunk(ch, chunk, P, OW)
         for q0 in range(ch * chunk, p_end, TP):
             live = min(TP, p_end - q0)
             org = _origins(oh, ow, live, OW, sh, sw, ph, pw)
@@ -431,9 +438,7 @@ def conv_plain_in(a, x0, p0, ya, y0, y_plain, K, N, C, H, Wi, OH, OW, KH, KW, sh
         ob0 = 2 * pr
         two = ob0 + 1 < OCB
         ob1 = ob0 + 1 if two else ob0
-        p_end = min(P, (ch + 1) * chunk)
-        oh = (ch * chunk) // OW
-        ow = ch * chunk - oh * OW
+        p_end, oh, ow = _chunk(ch, chunk, P, OW)
         for q0 in range(ch * chunk, p_end, TP):
             live = min(TP, p_end - q0)
             org = _origins(oh, ow, live, OW, sh, sw, ph, pw)
@@ -538,9 +543,7 @@ def pool(a, x0, ya, y0, y_plain, C, N, H, Wi, OH, OW, KH, KW, sh, sw, ph, pw, eh
         V = nlanes(L)
         ch, cb, _, n = _item(it, chunks, CB, 1)
         xb = x0 + (n * CB + cb) * H * Wi * V
-        p_end = min(P, (ch + 1) * chunk)
-        oh = (ch * chunk) // OW
-        ow = ch * chunk - oh * OW
+        p_end, oh, ow = _chunk(ch, chunk, P, OW)
         for q0 in range(ch * chunk, p_end, TP):
             live = min(TP, p_end - q0)
             org = _origins(oh, ow, live, OW, sh, sw, ph, pw)
@@ -605,9 +608,7 @@ def depthwise(a, x0, p0, ya, y0, y_plain, C, N, H, Wi, OH, OW, KH, KW, sh, sw, p
         xb = x0 + (n * CB + cb) * H * Wi * V
         wb = p0 + cb * T * V
         bias = vload(a, bias0 + cb * V, L)
-        p_end = min(P, (ch + 1) * chunk)
-        oh = (ch * chunk) // OW
-        ow = ch * chunk - oh * OW
+        p_end, oh, ow = _chunk(ch, chunk, P, OW)
         for q0 in range(ch * chunk, p_end, TP):
             live = min(TP, p_end - q0)
             org = _origins(oh, ow, live, OW, sh, sw, ph, pw)

@@ -33,9 +33,14 @@ _G = np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
 
 
 def eligible(g):
-    """None when winograd_f4 can run the conv: 3x3, stride 1, dilation 1, one group, 2-D."""
+    """None when winograd_f4 can run the conv: 2-D, and winograd_reason's 3x3 convs."""
     if g.spatial_rank != 2:
         return f"{g.spatial_rank}-D"
+    return winograd_reason(g)
+
+
+def winograd_reason(g):
+    """None when a Winograd 3x3 kernel can run the conv: 3x3, stride 1, dilation 1, one group."""
     if tuple(g.kernel) != (3, 3):
         return f"kernel {tuple(g.kernel)}"
     if tuple(g.stride) != (1, 1):
