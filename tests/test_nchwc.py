@@ -348,3 +348,18 @@ def test_stride1_transposed_convs_and_input_gradients_run_as_vector_convs(case, 
     else:
         assert th.algo == "col2im" and "nchwc_direct not eligible" in th.why
     assert_close(out, ref, TOL, f"{th.algo} {width} {case.id}")
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("case", TRANSPOSED_CASES, ids=lambda c: c.id)
+def test_rlx_winograd_f4_takes_stride1_3x3_transposed_convs_and_input_gradients(case, width):
+    ref, _, _, _ = run_case(case, REFERENCE, seed=56)
+    out, exe, _, _ = run_case(case, rx.Config(winograd="f4", simd_width=width), seed=56)
+    th = main_thunk(exe)
+    kw, (_, w) = case.kw, case.params[0]
+    if kw["stride"] == 1 and w[2:] == (3, 3) and kw["dilation"] == 1 and kw["groups"] == 1 and kw["padding"] in (0, 1, 2):
+        assert (th.algo, th.tiling.lanes) == ("winograd_f4", width), exe.explain()
+        assert_close(out, ref, F4_TOL, f"winograd_f4 {width} {case.id}")
+    else:
+        assert th.algo != "winograd_f4"
+        assert_close(out, ref, TOL, f"{th.algo} {width} {case.id}")

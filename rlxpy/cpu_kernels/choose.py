@@ -128,13 +128,29 @@ def _forced_depthwise(rec, ctx):
     return depthwise_choice(rec.geometry, ctx, f"{_WHY}=nchwc_depthwise") if r is None else r
 
 
-def winograd_f4_choice(g: ConvGeometry, ctx: ChoiceContext, why: str) -> Choice:
+def winograd_f4_choice(g: ConvGeometry, ctx: ChoiceContext, why: str, roles=("x", "y")) -> Choice:
     lanes = simd.resolve_width(ctx.config.simd_width)
     return _capped(Choice("winograd_f4", f"{why} (F(4x4,3x3) on NCHW{lanes}c, {winograd_f4.TILES} tiles a work item)",
                           ctx.threads * 4 * winograd_f4.slot_floats(g, lanes), 4 * winograd_f4.packed_floats(g, lanes),
                           Tiling(tile=winograd_f4.TILES, k_blocks=winograd_f4.k_groups(g, lanes, ctx.threads),
                                  lanes=lanes),
-                          (("x", blocked(lanes)), ("y", blocked(lanes))), plain_ok=("y",)))
+                          ((roles[0], blocked(lanes)), (roles[1], blocked(lanes))), plain_ok=(roles[1],)))
+
+
+def transposed_f4_reason(rec) -> Optional[str]:
+    fwd = nchwc.as_forward(rec)
+    return fwd if isinstance(fwd, str) else winograd_f4.eligible(fwd[0])
+
+
+def _forced_transposed_f4(rec, ctx):
+    r = transposed_f4_reason(rec)
+    return transposed_f4_choice(rec, ctx, f"{_WHY}=winograd_f4") if r is None else r
+
+
+def transposed_f4_choice(rec, ctx: ChoiceContext, why: str) -> Choice:
+    g, x_role, y_role = nchwc.as_forward(rec)
+    return winograd_f4_choice(g, ctx, f"{why}: the forward 3x3 conv with flipped, transposed weights",
+                              roles=(x_role, y_role))
 
 
 def nchwc_default_reason(g: ConvGeometry, lanes: int) -> Optional[str]:
@@ -203,6 +219,8 @@ FORCED = {
     (R.Conv2D, "nchwc_plain_in"): _forced_plain_in,
     (R.Conv2D1x1, "nchwc_plain_in"): _forced_plain_in,
     (R.Conv2D, "nchwc_depthwise"): _forced_depthwise,
+    (R.ConvTranspose2d, "winograd_f4"): _forced_transposed_f4,
+    (R.Conv2dBackwardInput, "winograd_f4"): _forced_transposed_f4,
     (R.ConvTranspose2d, "nchwc_direct"): _forced_transposed_nchwc,
     (R.Conv2dBackwardInput, "nchwc_direct"): _forced_transposed_nchwc,
     (R.Conv2D, "winograd_f4"): _forced(lambda rec, ctx: winograd_f4_choice(rec.geometry, ctx, f"{_WHY}=winograd_f4"),
@@ -373,6 +391,8 @@ def _vector_transposed(rec, ctx: ChoiceContext) -> Optional[Choice]:
     """The default for a stride-1 transposed conv or input gradient: nchwc_direct on the
     forward conv it equals, where that conv would take it."""
     lanes = simd.resolve_width(ctx.config.simd_width)
+    if ctx.config.fast_conv and ctx.config.winograd == "f4" and transposed_f4_reason(rec) is None:
+        return transposed_f4_choice(rec, ctx, "RLX_WINOGRAD=f4, stride 1")
     if not ctx.config.fast_conv or lanes == 1 or transposed_nchwc_reason(rec, lanes) is not None:
         return None
     if nchwc_default_reason(nchwc.as_forward(rec)[0], lanes) is not None:

@@ -367,6 +367,42 @@ def conv_winograd_f4(t, arena):
     return run, ()
 
 
+def _transposed_f4(t, arena):
+    """(kernel args, pack args) of a stride-1 transposed conv or input gradient run as winograd_f4."""
+    g, x_role, y_role = nchwc.as_forward(t.record)
+    orig = t.record.geometry
+    w = at(t, arena, "w", (g.x_shape[1], g.y_shape[1] // g.groups) + tuple(orig.kernel))
+    bias = bias_of(t, arena) if "b" in t.record.roles() else NO_BIAS
+    (c, h, wi), (k, oh, ow) = g.x_shape[1:], g.y_shape[1:]
+    args = (arena, t.off(x_role) // 4, t.persistent_off // 4, arena, t.off(y_role) // 4, t.layout(y_role) == PLAIN,
+            k, g.x_shape[0], c, h, wi, oh, ow, *g.pad_begin, t.scratch_off // 4, slot_floats(t, _threads()),
+            t.tiling.k_blocks, simd.lanes(t.tiling.lanes))
+    return args, (w, bias, arena, t.persistent_off // 4, simd.lanes(t.tiling.lanes))
+
+
+def _pack_transposed_f4(pack):
+    w, b, arena, p0, lanes = pack
+    winograd_f4.pack(nchwc.forward_weights(w, 1), b, arena, p0, lanes)
+
+
+@prepares(R.Conv2dBackwardInput, "winograd_f4")
+def transposed_f4_prepare(t, arena):
+    return _pack_transposed_f4, (_transposed_f4(t, arena)[1],)
+
+
+@runs(R.Conv2dBackwardInput, "winograd_f4")
+@runs(R.ConvTranspose2d, "winograd_f4")
+def transposed_winograd_f4(t, arena):
+    args, pack = _transposed_f4(t, arena)
+    if getattr(t.record, "weight_const", False):
+        return winograd_f4.conv, args
+
+    def run():
+        _pack_transposed_f4(pack)
+        winograd_f4.conv(*args)
+    return run, ()
+
+
 def _y_at(ya_index: int):
     """OUTPUT_ARG entry: the kernel's (ya, y0) arguments at ya_index pointed at array y."""
     return lambda args, y: args[:ya_index] + (y, 0) + args[ya_index + 2:]
@@ -379,6 +415,8 @@ OUTPUT_ARG = {
     (R.Conv2D, "nchwc_depthwise"): _y_at(3),
     (R.Pool2D, "nchwc_pool"): _y_at(2),
     (R.Conv2D, "winograd_f4"): _y_at(3),
+    (R.Conv2dBackwardInput, "winograd_f4"): _y_at(3), (R.ConvTranspose2d, "winograd_f4"): _y_at(3),
+    (R.Conv2dBackwardInput, "nchwc_direct"): _y_at(3), (R.ConvTranspose2d, "nchwc_direct"): _y_at(3),
 }
 
 
