@@ -363,3 +363,28 @@ def test_rlx_winograd_f4_takes_stride1_3x3_transposed_convs_and_input_gradients(
     else:
         assert th.algo != "winograd_f4"
         assert_close(out, ref, TOL, f"{th.algo} {width} {case.id}")
+
+
+def test_a_1x1_conv_between_blocked_neighbours_takes_the_blocked_kernel():
+    """Alone a 1x1 conv is one GEMM per image (plain); between blocked kernels the backend
+    is asked again and takes nchwc_direct, sparing a reorder on each side."""
+    rng = np.random.default_rng(57)
+    lanes = simd.resolve_width(None)
+    if lanes == 1:
+        pytest.skip("no vector kernels by default at 1 lane")
+    c = 2 * lanes
+    g = rx.Graph()
+    x = g.input("x", (2, c, 9, 10))
+    a = g.conv(x, g.param("wa", rand(rng, c, 1, 3, 3)), padding=1, groups=c, name="dw")
+    b = g.conv(a, g.param("wb", rand(rng, c, c, 1, 1)), name="pw")
+    d = g.conv(b, g.param("wd", rand(rng, c, c, 3, 3)), padding=1, name="body")
+    g.output("y", d)
+    exe = rx.compile(g)
+    th = {t.node: t for t in exe.thunks}
+    assert [t.algo for t in exe.thunks] == ["nchwc_depthwise", "nchwc_direct", "nchwc_direct"]
+    assert "between blocked neighbours" in th["pw"].why
+    xv = rand(rng, 2, c, 9, 10)
+    assert_close(exe.run({"x": xv})["y"], rx.compile(g, REFERENCE).run({"x": xv})["y"], TOL)
+    alone = rx.Graph()
+    alone.output("y", alone.conv(alone.input("x", (2, c, 9, 10)), alone.param("w", rand(rng, c, c, 1, 1))))
+    assert [t.algo for t in rx.compile(alone).thunks] == ["gemm1x1"]

@@ -26,11 +26,14 @@ Binder = Callable[[Any], Callable[[], None]]   # binder(arena) -> the thunk's ca
 @dataclass(frozen=True)
 class ChoiceContext:
     """What a backend may consult when it chooses: the Config, the workers a parallel
-    kernel will run on (one scratch slot each), and per-node algo overrides
-    (compile(..., algos={node name: algo}), which go before RLX_CONV_ALGO)."""
+    kernel will run on (one scratch slot each), per-node algo overrides
+    (compile(..., algos={node name: algo}), which go before RLX_CONV_ALGO), and whether a
+    neighbour's kernel stores the record's input or output blocked (a second ask, made only
+    for a record first given a plain-layout kernel)."""
     config: Config
     threads: int
     algos: Mapping[str, str] = field(default_factory=dict)
+    near_blocked: bool = False    # asked again: a neighbour reads or writes this record's x or y in a blocked layout
 
 
 class Backend(Protocol):

@@ -125,6 +125,17 @@ def build_plan(nodes, params, outputs: Dict[str, int], input_shapes, config: Con
         if node.op not in SOURCES:
             rec = lookup(node.op)(node, lower)
             lowered.append((rec, backend.choose(rec, choose)))
+    # A record given a plain kernel whose producer or consumer works on blocked values is
+    # asked again, told so: a kernel that is a little slower alone may spare two reorders.
+    blocked_near = set()
+    for rec, choice in lowered:
+        blocked_near.update(getattr(rec, r) for r, layout in choice.layouts if layout != PLAIN)
+    near = replace(choose, near_blocked=True)
+    for k, (rec, choice) in enumerate(lowered):
+        if not choice.layouts and any(getattr(rec, r) in blocked_near for r in rec.roles()):
+            again = backend.choose(rec, near)
+            if again.layouts:
+                lowered[k] = (rec, again)
     # A value is stored in a blocked layout when its producer must write it so, or may and
     # some consumer prefers it so; else plain (and a consumer that wants it blocked gets a
     # reordered copy, made once).
