@@ -91,9 +91,9 @@ GUARD_CASES = {
                                    {"x": (2, 3, 9, 8)}, {"w": (17, 3, 3, 2), "b": (17,)}),
     ("Conv2D1x1", "nchwc_plain_in"): ({"conv_algo": "nchwc_plain_in"}, _conv(), {"x": (2, 2, 5, 7)},
                                       {"w": (9, 2, 1, 1)}),
-    ("Reorder", "reorder"): ({"conv_algo": "nchwc_direct"},   # the resize writes plain, the conv reads blocked
-                             lambda g, v: g.conv(g.resize_nearest2x(v["x"]), v["w"], padding=1), {"x": (2, 13, 5, 7)},
-                             {"w": (3, 13, 3, 3)}),
+    ("Reorder", "reorder"): ({"conv_algo": "nchwc_direct"},   # col2im writes plain, the conv reads blocked
+                             lambda g, v: g.conv(g.conv_transpose2d(v["x"], v["wt"], stride=2), v["w"], padding=1),
+                             {"x": (2, 13, 5, 7)}, {"wt": (13, 13, 2, 2), "w": (3, 13, 3, 3)}),
     ("Conv2D", "nchwc_depthwise"): ({"conv_algo": "nchwc_depthwise"}, _conv(stride=(1, 2), padding=((2, 0), (1, 1)),
                                                                              dilation=(2, 1), groups=11),
                                     {"x": (2, 11, 8, 9)}, {"w": (11, 1, 3, 3), "b": (11,)}),
@@ -113,6 +113,9 @@ GUARD_CASES = {
                                              lambda g, v: g.conv2d_backward_input(v["dy"], v["w"], (None, 9, 9, 6),
                                                                                   padding=1),
                                              {"dy": (2, 13, 9, 6)}, {"w": (13, 9, 3, 3)}),
+    ("ResizeNearest2x", "nchwc_resize"): ({"conv_algo": "nchwc_direct"}, lambda g, v: g.conv(g.resize_nearest2x(g.conv(v["x"], v["w"], padding=1)),
+                                                                  v["w"], padding=1),
+                                          {"x": (2, 11, 3, 4)}, {"w": (11, 11, 3, 3)}),
     ("Pool2D", "nchwc_pool"): ({}, lambda g, v: g.pool(v["x"], "avg", 3, stride=2, padding=1, ceil_mode=True,
                                                        count_include_pad=False), {"x": (2, 11, 7, 8)}, {}),
     ("Conv3d", "im2col"): ({}, lambda g, v: g.conv3d(v["x"], v["w"], padding=1), {"x": (2, 3, 4, 5, 4)},

@@ -189,7 +189,7 @@ def test_an_input_that_a_plain_consumer_also_reads_stays_plain_and_is_reordered_
     x = g.input("x", (2, 9, 6, 7))
     a = g.conv(x, g.param("wa", rand(rng, 10, 9, 3, 3)), padding=1, name="a")
     b = g.conv(x, g.param("wb", rand(rng, 10, 9, 1, 3)), name="b")
-    r = g.resize_nearest2x(x, name="r")
+    r = g.im2col(x, 3, padding=1, name="r")          # a kernel with no blocked form
     for name, v in (("a", a), ("b", b), ("r", r)):
         g.output(name, v)
     exe = rx.compile(g, rx.Config(conv_algo="nchwc_direct"))
@@ -396,3 +396,27 @@ def test_a_1x1_conv_between_blocked_neighbours_takes_the_blocked_kernel():
     alone = rx.Graph()
     alone.output("y", alone.conv(alone.input("x", (2, c, 9, 10)), alone.param("w", rand(rng, c, c, 1, 1))))
     assert [t.algo for t in rx.compile(alone).thunks] == ["gemm1x1"]
+
+
+def test_a_resize_between_blocked_convs_stays_blocked():
+    """A U-Net decoder step: conv -> resize -> conv keeps the blocked layout through the
+    resize (asked again as a neighbour of blocked kernels); alone it stays plain."""
+    rng = np.random.default_rng(58)
+    lanes = simd.resolve_width(None)
+    if lanes == 1:
+        pytest.skip("no vector kernels by default at 1 lane")
+    c = 4 * lanes - 2                                   # a padded last block
+    g = rx.Graph()
+    x = g.input("x", (2, c, 5, 6))
+    a = g.conv(x, g.param("wa", rand(rng, c, c, 3, 3)), padding=1, name="a")
+    r = g.resize_nearest2x(a, name="up")
+    d = g.conv(r, g.param("wd", rand(rng, c, c, 3, 3)), padding=1, name="d")
+    g.output("y", d)
+    exe = rx.compile(g)
+    assert [(t.node, t.algo) for t in exe.thunks] == [("a", "nchwc_direct"), ("up", "nchwc_resize"),
+                                                      ("d", "nchwc_direct")]
+    xv = rand(rng, 2, c, 5, 6)
+    assert_close(exe.run({"x": xv})["y"], rx.compile(g, REFERENCE).run({"x": xv})["y"], TOL)
+    alone = rx.Graph()
+    alone.output("y", alone.resize_nearest2x(alone.input("x", (2, c, 5, 6))))
+    assert [t.algo for t in rx.compile(alone).thunks] == ["parallel"]

@@ -464,6 +464,12 @@ def choose_im2col(rec, ctx: ChoiceContext) -> Choice:
 
 @chooser(R.ResizeNearest2x)
 def choose_resize_nearest2x(rec, ctx: ChoiceContext) -> Choice:
+    lanes = simd.resolve_width(ctx.config.simd_width)
+    if ctx.config.fast_conv and ctx.near_blocked and lanes > 1:
+        # between blocked kernels (a U-Net's decoder): stays blocked, sparing two reorders;
+        # alone, the plain kernel needs none
+        return Choice("nchwc_resize", f"between blocked neighbours: NCHW{lanes}c, one vector of channels a pixel",
+                      tiling=Tiling(lanes=lanes), layouts=(("x", blocked(lanes)), ("y", blocked(lanes))))
     return parallel("resize_nearest2x", ctx.config)
 
 

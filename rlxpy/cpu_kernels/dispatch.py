@@ -513,6 +513,12 @@ def im2col_parallel(t, arena):
     return im2col.im2col_rows_parallel, im2col_args(t, arena)
 
 
+@runs(R.ResizeNearest2x, "nchwc_resize")
+def resize_nearest2x_nchwc(t, arena):
+    n, c, h, w = t.record.geometry.x_shape
+    return nchwc.resize_nearest2x, (arena, t.off("x") // 4, t.off("y") // 4, n, c, h, w, simd.lanes(t.tiling.lanes))
+
+
 @runs(R.ResizeNearest2x, "parallel")
 def resize_nearest2x_parallel(t, arena):
     return resize.resize_nearest2x_parallel, resize_args(t, arena)

@@ -627,3 +627,23 @@ def depthwise(a, x0, p0, ya, y0, y_plain, C, N, H, Wi, OH, OW, KH, KW, sh, sw, p
                     r4 = vfma(vload(a, o4, L), w, r4)
                     r5 = vfma(vload(a, o5, L), w, r5)
             _put_block(ya, y0, y_plain, n, cb, CB, C, P, q0, live, r0, r1, r2, r3, r4, r5, L)
+
+
+@parallel_kernel
+def resize_nearest2x(a, x0, y0, N, C, H, Wi, L):
+    """Blocked x [N, CB, H*W, V] -> blocked y [N, CB, 2H*2W, V]: each input vector stored to
+    its 4 output pixels. Work items: (image, channel block, input row)."""
+    CB = (C + nlanes(L) - 1) // nlanes(L)
+    for it in prange(N * CB * H):
+        V = nlanes(L)
+        q = it // H                    # image * CB + block
+        h = it - q * H
+        src = x0 + (q * H + h) * Wi * V
+        top = y0 + (q * 2 * H + 2 * h) * 2 * Wi * V
+        below = top + 2 * Wi * V
+        for w in range(Wi):
+            v = vload(a, src + w * V, L)
+            vstore(a, top + 2 * w * V, v)
+            vstore(a, top + (2 * w + 1) * V, v)
+            vstore(a, below + 2 * w * V, v)
+            vstore(a, below + (2 * w + 1) * V, v)
