@@ -231,48 +231,37 @@ def _tile_inside(live, ih_0, iw_0, ih_5, iw_5, H, Wi, KH, KW, dh, dw, OW, sw, pw
 
 
 @inlined
-def _put(ya, y0, n, ob, q, P, OCB, acc, bias, L):
-    """Output pixel q of channel block ob (+ bias) into blocked y."""
-    vstore(ya, y0 + ((n * OCB + ob) * P + q) * nlanes(L), vadd(acc, bias))
+def _put_tile(ya, y0, y_plain, n, ob0, ob1, two, q0, live, K, P, OCB, bv0, bv1, acc, L):
+    """A tile's live pixels, of one or two channel blocks (+ bias), blocked or plain."""
+    a00, a01, a10, a11, a20, a21, a30, a31, a40, a41, a50, a51 = acc
+    _put_block(ya, y0, y_plain, n, ob0, OCB, K, P, q0, live, vadd(a00, bv0), vadd(a10, bv0), vadd(a20, bv0),
+               vadd(a30, bv0), vadd(a40, bv0), vadd(a50, bv0), L)
+    if two:
+        _put_block(ya, y0, y_plain, n, ob1, OCB, K, P, q0, live, vadd(a01, bv1), vadd(a11, bv1), vadd(a21, bv1),
+                   vadd(a31, bv1), vadd(a41, bv1), vadd(a51, bv1), L)
 
 
 @inlined
-def _put_tile(ya, y0, y_plain, n, ob0, ob1, two, q0, live, K, P, OCB, bv0, bv1, acc, L):
-    """A tile's live pixels, of one or two channel blocks (+ bias): vector stores into
-    blocked y, or into plain y [N, K, P] (a graph output needs no reorder) each block
-    transposed in registers and stored as up to V rows of `live` pixels."""
-    a00, a01, a10, a11, a20, a21, a30, a31, a40, a41, a50, a51 = acc
+def _put_block(ya, y0, y_plain, n, cb, CB, C, P, q0, live, r0, r1, r2, r3, r4, r5, L):
+    """The live ones of 6 pixels (from q0) of channel block cb: vector stores into blocked y
+    [N, CB, P, V], or into plain y [N, C, P] (a graph output needs no reorder) transposed in
+    registers and stored as up to V rows of `live` pixels."""
+    V = nlanes(L)
     if y_plain:
-        V = nlanes(L)
-        vstore_columns(ya, y0 + (n * K + ob0 * V) * P + q0, P, min(V, K - ob0 * V), live, vadd(a00, bv0),
-                       vadd(a10, bv0), vadd(a20, bv0), vadd(a30, bv0), vadd(a40, bv0), vadd(a50, bv0))
-        if two:
-            vstore_columns(ya, y0 + (n * K + ob1 * V) * P + q0, P, min(V, K - ob1 * V), live, vadd(a01, bv1),
-                           vadd(a11, bv1), vadd(a21, bv1), vadd(a31, bv1), vadd(a41, bv1), vadd(a51, bv1))
+        vstore_columns(ya, y0 + (n * C + cb * V) * P + q0, P, min(V, C - cb * V), live, r0, r1, r2, r3, r4, r5)
         return
-    _put(ya, y0, n, ob0, q0, P, OCB, a00, bv0, L)
-    if two:
-        _put(ya, y0, n, ob1, q0, P, OCB, a01, bv1, L)
+    yq = y0 + ((n * CB + cb) * P + q0) * V
+    vstore(ya, yq, r0)
     if live > 1:
-        _put(ya, y0, n, ob0, q0 + 1, P, OCB, a10, bv0, L)
-        if two:
-            _put(ya, y0, n, ob1, q0 + 1, P, OCB, a11, bv1, L)
+        vstore(ya, yq + V, r1)
     if live > 2:
-        _put(ya, y0, n, ob0, q0 + 2, P, OCB, a20, bv0, L)
-        if two:
-            _put(ya, y0, n, ob1, q0 + 2, P, OCB, a21, bv1, L)
+        vstore(ya, yq + 2 * V, r2)
     if live > 3:
-        _put(ya, y0, n, ob0, q0 + 3, P, OCB, a30, bv0, L)
-        if two:
-            _put(ya, y0, n, ob1, q0 + 3, P, OCB, a31, bv1, L)
+        vstore(ya, yq + 3 * V, r3)
     if live > 4:
-        _put(ya, y0, n, ob0, q0 + 4, P, OCB, a40, bv0, L)
-        if two:
-            _put(ya, y0, n, ob1, q0 + 4, P, OCB, a41, bv1, L)
+        vstore(ya, yq + 4 * V, r4)
     if live > 5:
-        _put(ya, y0, n, ob0, q0 + 5, P, OCB, a50, bv0, L)
-        if two:
-            _put(ya, y0, n, ob1, q0 + 5, P, OCB, a51, bv1, L)
+        vstore(ya, yq + 5 * V, r5)
 
 
 @inlined
@@ -464,26 +453,6 @@ def conv_plain_in(a, x0, p0, ya, y0, y_plain, K, N, C, H, Wi, OH, OW, KH, KW, sh
 
 
 # --- one block of channels at a time: pooling, depthwise -------------------------------------
-@inlined
-def _put_block(ya, y0, y_plain, n, cb, CB, C, P, q0, live, r0, r1, r2, r3, r4, r5, L):
-    """6 pixels of channel block cb into blocked y, or into plain y [N, C, P]."""
-    V = nlanes(L)
-    if y_plain:
-        vstore_columns(ya, y0 + (n * C + cb * V) * P + q0, P, min(V, C - cb * V), live, r0, r1, r2, r3, r4, r5)
-        return
-    yq = y0 + ((n * CB + cb) * P + q0) * V
-    vstore(ya, yq, r0)
-    if live > 1:
-        vstore(ya, yq + V, r1)
-    if live > 2:
-        vstore(ya, yq + 2 * V, r2)
-    if live > 3:
-        vstore(ya, yq + 3 * V, r3)
-    if live > 4:
-        vstore(ya, yq + 4 * V, r4)
-    if live > 5:
-        vstore(ya, yq + 5 * V, r5)
-
 def pool_eligible(g):
     """None when the blocked pool can run a pool geometry, else why not."""
     if len(g.kernel) > 2:

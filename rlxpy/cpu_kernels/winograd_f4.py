@@ -23,8 +23,8 @@ import numpy as np
 from numba import prange
 
 from .jit import inlined, parallel_kernel
-from .nchwc import _fma_6x2, _put_tile, _tap, _zeros12
-from .simd import nlanes, vadd, vfma, vload, vmul, vsplat, vstore, vstore_columns, vsub, vzero
+from .nchwc import _fma_6x2, _put_block, _put_tile, _tap, _zeros12
+from .simd import nlanes, vadd, vfma, vload, vmul, vsplat, vstore, vsub, vzero
 
 TILES = 12      # 4x4 output tiles per work item: two groups of 6 for the micro-kernel
 
@@ -215,17 +215,6 @@ def conv(a, x0, p0, ya, y0, y_plain, K, N, C, H, Wi, OH, OW, ph, pw, s0, slot, k
                     q = _at(vload(a, row, L), vload(a, row + V, L), vload(a, row + 2 * V, L),
                             vload(a, row + 3 * V, L), vload(a, row + 4 * V, L), vload(a, row + 5 * V, L), L)
                     q0, q1, q2, q3 = vadd(q[0], bias), vadd(q[1], bias), vadd(q[2], bias), vadd(q[3], bias)
-                    pix = (oh0 + i) * OW + ow0
-                    if y_plain:
-                        vstore_columns(ya, y0 + (n * K + ob * V) * P + pix, P, min(V, K - ob * V), count,
-                                       q0, q1, q2, q3, q3, q3)
-                    else:
-                        yq = y0 + ((n * OCB + ob) * P + pix) * V
-                        vstore(ya, yq, q0)
-                        if count > 1:
-                            vstore(ya, yq + V, q1)
-                        if count > 2:
-                            vstore(ya, yq + 2 * V, q2)
-                        if count > 3:
-                            vstore(ya, yq + 3 * V, q3)
+                    # the row's (up to) 4 pixels as a 6-pixel store with 2 dead ones
+                    _put_block(ya, y0, y_plain, n, ob, OCB, K, P, (oh0 + i) * OW + ow0, count, q0, q1, q2, q3, q3, q3, L)
 
