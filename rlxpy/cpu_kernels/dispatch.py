@@ -15,7 +15,7 @@ from ..registry import registrar
 from ..thunks import records as R
 from ..thunks.arena import view
 from ..thunks.layout import PLAIN, lanes_of
-from ..thunks.records import Thunk
+from ..thunks.records import ABSENT, Thunk
 from . import backward, conv2d, conv3d, conv_transpose, direct_simd, im2col, nchwc, pool, resize, simd, winograd_f4
 
 EXEC: Dict[Tuple[Type[R.Record], str], Callable[[Thunk, np.ndarray], None]] = {}
@@ -36,8 +36,22 @@ def at(t: Thunk, arena, role: str, shape) -> np.ndarray:
 
 
 def bias_of(t: Thunk, arena) -> np.ndarray:
-    off = t.off("b")
+    """The bias, or an empty array where there is none (no value, or a record with no b role)."""
+    off = t.off("b") if "b" in t.record.roles() else ABSENT
     return NO_BIAS if off < 0 else view(arena, off, (t.record.geometry.y_shape[1],))
+
+
+def with_weights(kernel, args, t: Thunk, make, make_args):
+    """(kernel, args) where the weights' derived form (packed or transformed) is made once per
+    arena by the thunk's prepare step (a param); else a call that remakes it first on every
+    run (a weight that is a graph input, or a record type with no prepare step)."""
+    if getattr(t.record, "weight_const", False):
+        return kernel, args
+
+    def run():
+        make(*make_args)
+        kernel(*args)
+    return run, ()
 
 
 def scratch_of(t: Thunk, arena) -> np.ndarray:
@@ -196,13 +210,7 @@ def conv_winograd(t, arena):
     u = _winograd_filters(t, arena)
     args = (x, u, b, y, *t.record.geometry.pad_begin, scratch_of(t, arena), slot_floats(t, _threads()),
             t.tiling.tile, t.tiling.k_blocks)
-    if t.record.weight_const:          # transformed once per arena by winograd_prepare
-        return conv2d.conv2d_winograd, args
-
-    def run():                         # a weight that is a graph input changes every run
-        conv2d.winograd_filter_transform(w, u)
-        conv2d.conv2d_winograd(*args)
-    return run, ()
+    return with_weights(conv2d.conv2d_winograd, args, t, conv2d.winograd_filter_transform, (w, u))
 
 
 def _simd_packed(t, arena) -> np.ndarray:
@@ -261,14 +269,7 @@ def conv_nchwc_direct(t, arena):
             g.y_shape[1], g.x_shape[0], h, wi, oh, ow,
             *g.kernel, *g.stride, *g.pad_begin, *g.dilation, g.groups, *nchwc.group_blocks(g, lanes),
             t.tiling.tile, simd.lanes(lanes))
-    if t.record.weight_const:          # packed once per arena by nchwc_prepare
-        return nchwc.conv, args
-    pack = _nchwc_pack_args(t, arena)
-
-    def run():                         # a weight that is a graph input changes every run
-        nchwc.pack(*pack)
-        nchwc.conv(*args)
-    return run, ()
+    return with_weights(nchwc.conv, args, t, nchwc.pack, _nchwc_pack_args(t, arena))
 
 
 def _plain_in_pack_args(t, arena):
@@ -289,16 +290,9 @@ def conv_nchwc_plain_in(t, arena):
     g = t.record.geometry.lifted(2)
     (c, h, wi), (_, oh, ow) = g.x_shape[1:], g.y_shape[1:]
     args = (arena, t.off("x") // 4, t.persistent_off // 4, arena, t.off("y") // 4, t.layout("y") == PLAIN,
-            g.y_shape[1], g.x_shape[0], c, h, wi, oh, ow, *g.kernel, *g.stride, *g.pad_begin, *g.dilation, t.tiling.tile,
-            simd.lanes(t.tiling.lanes))
-    if t.record.weight_const:
-        return nchwc.conv_plain_in, args
-    pack = _plain_in_pack_args(t, arena)
-
-    def run():
-        nchwc.pack_plain_in(*pack)
-        nchwc.conv_plain_in(*args)
-    return run, ()
+            g.y_shape[1], g.x_shape[0], c, h, wi, oh, ow, *g.kernel, *g.stride, *g.pad_begin, *g.dilation,
+            t.tiling.tile, simd.lanes(t.tiling.lanes))
+    return with_weights(nchwc.conv_plain_in, args, t, nchwc.pack_plain_in, _plain_in_pack_args(t, arena))
 
 
 def _depthwise_pack_args(t, arena):
@@ -319,14 +313,7 @@ def conv_nchwc_depthwise(t, arena):
     args = (arena, t.off("x") // 4, t.persistent_off // 4, arena, t.off("y") // 4, t.layout("y") == PLAIN, c,
             g.x_shape[0], h, wi, oh, ow, *g.kernel, *g.stride, *g.pad_begin, *g.dilation, t.tiling.tile,
             simd.lanes(t.tiling.lanes))
-    if t.record.weight_const:
-        return nchwc.depthwise, args
-    pack = _depthwise_pack_args(t, arena)
-
-    def run():
-        nchwc.pack_depthwise(*pack)
-        nchwc.depthwise(*args)
-    return run, ()
+    return with_weights(nchwc.depthwise, args, t, nchwc.pack_depthwise, _depthwise_pack_args(t, arena))
 
 
 @runs(R.Pool2D, "nchwc_pool")
@@ -357,22 +344,20 @@ def conv_winograd_f4(t, arena):
     args = (arena, t.off("x") // 4, t.persistent_off // 4, arena, t.off("y") // 4, t.layout("y") == PLAIN, k,
             g.x_shape[0], c, h, wi, oh, ow, *g.pad_begin, t.scratch_off // 4, slot_floats(t, _threads()),
             t.tiling.k_blocks, simd.lanes(t.tiling.lanes))
-    if t.record.weight_const:
-        return winograd_f4.conv, args
-    pack = _f4_pack_args(t, arena)
+    return with_weights(winograd_f4.conv, args, t, winograd_f4.pack, _f4_pack_args(t, arena))
 
-    def run():
-        winograd_f4.pack(*pack)
-        winograd_f4.conv(*args)
-    return run, ()
+
+def _as_forward(t, arena):
+    """A stride-1 transposed conv or input gradient as the forward conv it equals
+    (nchwc.as_forward): (geometry, input role, output role, its weight as stored, bias)."""
+    g, x_role, y_role = nchwc.as_forward(t.record)
+    w = at(t, arena, "w", (g.x_shape[1], g.y_shape[1] // g.groups) + tuple(g.kernel))
+    return g, x_role, y_role, w, bias_of(t, arena)
 
 
 def _transposed_f4(t, arena):
     """(kernel args, pack args) of a stride-1 transposed conv or input gradient run as winograd_f4."""
-    g, x_role, y_role = nchwc.as_forward(t.record)
-    orig = t.record.geometry
-    w = at(t, arena, "w", (g.x_shape[1], g.y_shape[1] // g.groups) + tuple(orig.kernel))
-    bias = bias_of(t, arena) if "b" in t.record.roles() else NO_BIAS
+    g, x_role, y_role, w, bias = _as_forward(t, arena)
     (c, h, wi), (k, oh, ow) = g.x_shape[1:], g.y_shape[1:]
     args = (arena, t.off(x_role) // 4, t.persistent_off // 4, arena, t.off(y_role) // 4, t.layout(y_role) == PLAIN,
             k, g.x_shape[0], c, h, wi, oh, ow, *g.pad_begin, t.scratch_off // 4, slot_floats(t, _threads()),
@@ -394,13 +379,7 @@ def transposed_f4_prepare(t, arena):
 @runs(R.ConvTranspose2d, "winograd_f4")
 def transposed_winograd_f4(t, arena):
     args, pack = _transposed_f4(t, arena)
-    if getattr(t.record, "weight_const", False):
-        return winograd_f4.conv, args
-
-    def run():
-        _pack_transposed_f4(pack)
-        winograd_f4.conv(*args)
-    return run, ()
+    return with_weights(winograd_f4.conv, args, t, _pack_transposed_f4, (pack,))
 
 
 def _y_at(ya_index: int):
@@ -422,12 +401,9 @@ OUTPUT_ARG = {
 
 def _transposed_nchwc(t, arena):
     """(kernel args, pack args) of a transposed conv or input gradient run as nchwc_direct."""
-    g, x_role, y_role = nchwc.as_forward(t.record)
+    g, x_role, y_role, w, bias = _as_forward(t, arena)
     g = g.lifted(2)
     lanes = t.tiling.lanes
-    orig = t.record.geometry
-    w = at(t, arena, "w", (g.x_shape[1], g.y_shape[1] // g.groups) + tuple(orig.kernel))
-    bias = bias_of(t, arena) if "b" in t.record.roles() else NO_BIAS
     (_, h, wi), (_, oh, ow) = g.x_shape[1:], g.y_shape[1:]
     args = (arena, t.off(x_role) // 4, t.persistent_off // 4, arena, t.off(y_role) // 4, t.layout(y_role) == PLAIN,
             g.y_shape[1], g.x_shape[0], h, wi, oh, ow, *g.kernel, *g.stride, *g.pad_begin, *g.dilation, g.groups,
@@ -451,13 +427,7 @@ def transposed_nchwc_prepare(t, arena):
 @runs(R.ConvTranspose2d, "nchwc_direct")
 def transposed_nchwc(t, arena):
     args, pack = _transposed_nchwc(t, arena)
-    if getattr(t.record, "weight_const", False):
-        return nchwc.conv, args
-
-    def run():                         # a transposed conv's weight (no prepare step), or a graph input
-        _pack_transposed(pack)
-        nchwc.conv(*args)
-    return run, ()
+    return with_weights(nchwc.conv, args, t, _pack_transposed, (pack,))
 
 
 @runs(R.Reorder, "reorder")

@@ -220,9 +220,6 @@ class Executable:
         finally:
             compiled.pool.release(bound)
 
-    def _launch_all(self, bound) -> None:
-        self._launch_each(bound.calls)
-
     @staticmethod
     def _launch_each(calls):
         """The bound calls in order; a failure names the node, its record type and its kernel."""

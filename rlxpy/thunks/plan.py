@@ -12,7 +12,6 @@ import numpy as np
 
 from ..config import Config
 from ..ir import ops
-from ..ir.shape import numel
 from . import arena as A
 from .backend import Backend, ChoiceContext
 from .compile import LowerCtx, lookup
@@ -141,10 +140,9 @@ def build_plan(nodes, params, outputs: Dict[str, int], input_shapes, config: Con
     # reordered copy, made once).
     wanted_by: Dict[int, set] = {}        # value id -> the layouts its consumers prefer
     for rec, choice in lowered:
-        prefers = dict(choice.layouts)
         for role in rec.INPUTS:
             if getattr(rec, role) != ABSENT:
-                wanted_by.setdefault(getattr(rec, role), set()).add(prefers.get(role, PLAIN))
+                wanted_by.setdefault(getattr(rec, role), set()).add(choice.layout(role))
     # A graph input every consumer reads in one blocked layout is copied into the arena in
     # it (the copy is the reorder), unless it is also a graph output.
     for i in order:
@@ -152,18 +150,17 @@ def build_plan(nodes, params, outputs: Dict[str, int], input_shapes, config: Con
         if nodes[i].op == "Input" and len(wants) == 1 and PLAIN not in wants and i not in outputs.values():
             layout_of[i] = next(iter(wants))
     for rec, choice in lowered:
-        prefers = dict(choice.layouts)
         moved = {}
         for role in rec.INPUTS:
             vid = getattr(rec, role)
             if vid == ABSENT:
                 continue
-            want, have = prefers.get(role, PLAIN), layout_of.get(vid, PLAIN)
+            want, have = choice.layout(role), layout_of.get(vid, PLAIN)
             if have != want and not (have == PLAIN and role in choice.plain_ok):
                 moved[role] = stored_as(vid, want)
         rec = replace(rec, **moved)
         for role in rec.OUTPUTS:
-            want, vid = prefers.get(role, PLAIN), getattr(rec, role)
+            want, vid = choice.layout(role), getattr(rec, role)
             if want != PLAIN and (role not in choice.plain_ok or want in wanted_by.get(vid, ())):
                 layout_of[vid] = want
         emit(rec, choice)
