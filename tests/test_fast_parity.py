@@ -307,3 +307,25 @@ def test_per_node_algos_go_before_rlx_conv_algo_and_are_checked():
         rx.compile(g, algos={"a": "fast"})
     with pytest.raises(ValueError, match=r"'x' \(Input\) is not a conv-family node"):
         rx.compile(g, algos={"x": "im2col"})
+
+
+def test_forcing_gemm1x1_or_col2im_forces_them_where_the_default_takes_a_vector_kernel():
+    """A forced algo names the kernel, not the default rule: a stride-1 transposed conv takes
+    col2im under RLX_CONV_ALGO=col2im (by default it runs as a vector conv), and a 1x1 conv
+    between blocked kernels keeps gemm1x1 under algos= (asked again as their neighbour)."""
+    rng = np.random.default_rng(29)
+    g = rx.Graph()
+    x = g.input("x", (1, 16, 6, 6))
+    g.output("y", g.conv_transpose2d(x, g.param("w", rand(rng, 16, 16, 3, 3)), padding=1))
+    th = main_thunk(rx.compile(g, rx.Config(conv_algo="col2im")))
+    assert th.algo == "col2im"
+    g = rx.Graph()
+    x = g.input("x", (1, 16, 6, 6))
+    a = g.conv(x, g.param("w0", rand(rng, 16, 16, 3, 3)), padding=1, name="a")
+    b = g.conv(a, g.param("w1", rand(rng, 16, 16, 1, 1)), name="b")
+    g.output("y", g.conv(b, g.param("w2", rand(rng, 16, 16, 3, 3)), padding=1, name="c"))
+    exe = rx.compile(g, rx.Config(), algos={"b": "gemm1x1"})
+    th = {t.node: t for t in exe.thunks}
+    assert th["b"].algo == "gemm1x1" and "algos['b']=gemm1x1" in th["b"].why
+    xv = rand(rng, 1, 16, 6, 6)
+    assert_close(exe.run({"x": xv})["y"], rx.compile(g, REFERENCE).run({"x": xv})["y"], 1e-4)

@@ -59,7 +59,7 @@ def choose(rec: R.Record, ctx: ChoiceContext) -> Choice:
 
 
 def simd_direct_choice(g: ConvGeometry, ctx: ChoiceContext, why: str) -> Choice:
-    lanes = simd.resolve_width(ctx.config.simd_width)
+    lanes = _lanes(ctx)
     return Choice("simd_direct", f"{why} ({lanes} lanes)", 4 * direct_simd.scratch_floats(g, lanes),
                   4 * direct_simd.packed_weight_floats(g), Tiling(lanes=lanes))
 
@@ -69,7 +69,7 @@ def _then(passed) -> str:
 
 
 def nchwc_choice(g: ConvGeometry, ctx: ChoiceContext, why: str, passed=(), roles=("x", "y")) -> Choice:
-    lanes = simd.resolve_width(ctx.config.simd_width)
+    lanes = _lanes(ctx)
     chunk, _ = nchwc.items(g.lifted(2), lanes, ctx.threads)
     return _capped(Choice("nchwc_direct", f"{why} (NCHW{lanes}c, 6 pixels x 2 blocks of {lanes} channels a "
                                           f"tile){_then(passed)}",
@@ -77,22 +77,16 @@ def nchwc_choice(g: ConvGeometry, ctx: ChoiceContext, why: str, passed=(), roles
                           ((roles[0], blocked(lanes)), (roles[1], blocked(lanes))), plain_ok=(roles[1],)))
 
 
-def transposed_nchwc_reason(rec, lanes: int) -> Optional[str]:
-    """None when a transposed conv or input gradient runs as nchwc_direct (stride 1)."""
+def transposed_reason(rec, eligible) -> Optional[str]:
+    """None when a transposed conv or input gradient, as the forward conv it equals
+    (nchwc.as_forward: stride 1), is one `eligible(geometry)` accepts; else why not."""
     fwd = nchwc.as_forward(rec)
-    if isinstance(fwd, str):
-        return fwd
-    return nchwc.eligible(fwd[0], lanes)
+    return fwd if isinstance(fwd, str) else eligible(fwd[0])
 
 
 def transposed_nchwc_choice(rec, ctx: ChoiceContext, why: str) -> Choice:
     g, x_role, y_role = nchwc.as_forward(rec)
     return nchwc_choice(g, ctx, f"{why}: the forward conv with flipped, transposed weights", roles=(x_role, y_role))
-
-
-def _forced_transposed_nchwc(rec, ctx):
-    r = transposed_nchwc_reason(rec, simd.resolve_width(ctx.config.simd_width))
-    return transposed_nchwc_choice(rec, ctx, f"{_WHY}=nchwc_direct") if r is None else r
 
 
 # Past this share of padded channels (in x out, over the real ones) the blocked kernel's
@@ -101,7 +95,7 @@ NCHWC_MAX_WASTE = 1.34
 
 
 def plain_in_choice(g: ConvGeometry, ctx: ChoiceContext, why: str, passed=()) -> Choice:
-    lanes = simd.resolve_width(ctx.config.simd_width)
+    lanes = _lanes(ctx)
     chunk, _ = nchwc.items(g.lifted(2), lanes, ctx.threads)
     return _capped(Choice("nchwc_plain_in", f"{why} (x read in place, y NCHW{lanes}c: 6 pixels x 2 blocks of "
                                             f"{lanes} channels a tile){_then(passed)}",
@@ -109,13 +103,8 @@ def plain_in_choice(g: ConvGeometry, ctx: ChoiceContext, why: str, passed=()) ->
                           (("y", blocked(lanes)),), plain_ok=("y",)))
 
 
-def _forced_plain_in(rec, ctx):
-    r = nchwc.plain_in_eligible(rec.geometry, simd.resolve_width(ctx.config.simd_width))
-    return plain_in_choice(rec.geometry, ctx, f"{_WHY}=nchwc_plain_in") if r is None else r
-
-
 def depthwise_choice(g: ConvGeometry, ctx: ChoiceContext, why: str, passed=()) -> Choice:
-    lanes = simd.resolve_width(ctx.config.simd_width)
+    lanes = _lanes(ctx)
     return _capped(Choice("nchwc_depthwise", f"{why} (NCHW{lanes}c: one vector of {lanes} channels a tap, 6 "
                                              f"pixels a tile){_then(passed)}",
                           0, 4 * nchwc.depthwise_packed_floats(g.lifted(2), lanes),
@@ -123,28 +112,13 @@ def depthwise_choice(g: ConvGeometry, ctx: ChoiceContext, why: str, passed=()) -
                           (("x", blocked(lanes)), ("y", blocked(lanes))), plain_ok=("y",)))
 
 
-def _forced_depthwise(rec, ctx):
-    r = nchwc.depthwise_eligible(rec.geometry)
-    return depthwise_choice(rec.geometry, ctx, f"{_WHY}=nchwc_depthwise") if r is None else r
-
-
 def winograd_f4_choice(g: ConvGeometry, ctx: ChoiceContext, why: str, roles=("x", "y")) -> Choice:
-    lanes = simd.resolve_width(ctx.config.simd_width)
+    lanes = _lanes(ctx)
     return _capped(Choice("winograd_f4", f"{why} (F(4x4,3x3) on NCHW{lanes}c, {winograd_f4.TILES} tiles a work item)",
                           ctx.threads * 4 * winograd_f4.slot_floats(g, lanes), 4 * winograd_f4.packed_floats(g, lanes),
                           Tiling(tile=winograd_f4.TILES, k_blocks=winograd_f4.k_groups(g, lanes, ctx.threads),
                                  lanes=lanes),
                           ((roles[0], blocked(lanes)), (roles[1], blocked(lanes))), plain_ok=(roles[1],)))
-
-
-def transposed_f4_reason(rec) -> Optional[str]:
-    fwd = nchwc.as_forward(rec)
-    return fwd if isinstance(fwd, str) else winograd_f4.eligible(fwd[0])
-
-
-def _forced_transposed_f4(rec, ctx):
-    r = transposed_f4_reason(rec)
-    return transposed_f4_choice(rec, ctx, f"{_WHY}=winograd_f4") if r is None else r
 
 
 def transposed_f4_choice(rec, ctx: ChoiceContext, why: str) -> Choice:
@@ -165,21 +139,21 @@ def nchwc_default_reason(g: ConvGeometry, lanes: int) -> Optional[str]:
     return None
 
 
-def _nchwc_reason(rec, ctx):
-    return nchwc.eligible(rec.geometry, simd.resolve_width(ctx.config.simd_width))
+def _lanes(ctx: ChoiceContext) -> int:
+    return simd.resolve_width(ctx.config.simd_width)
 
 
-def _forced_nchwc(rec, ctx):
-    r = _nchwc_reason(rec, ctx)
-    return nchwc_choice(rec.geometry, ctx, f"{_WHY}=nchwc_direct") if r is None else r
-
-
-def _forced(build, reason=lambda g: None):
-    """An RLX_CONV_ALGO entry: the Choice when reason(geometry) is None, else the reason."""
+def _forced(build, reason=lambda rec, ctx: None):
+    """An RLX_CONV_ALGO entry: build(rec, ctx) when reason(rec, ctx) is None, else the reason."""
     def make(rec, ctx):
-        r = reason(rec.geometry)
+        r = reason(rec, ctx)
         return build(rec, ctx) if r is None else r
     return make
+
+
+def _of_geometry(reason):
+    """A reason(geometry) as an RLX_CONV_ALGO entry's reason(rec, ctx)."""
+    return lambda rec, ctx: reason(rec.geometry)
 
 
 def _forced_winograd(rec, ctx):
@@ -191,6 +165,16 @@ def _forced_direct(rec, ctx):
 
 
 _WHY = "RLX_CONV_ALGO"
+_FORCED_SIMD_DIRECT = _forced(lambda rec, ctx: simd_direct_choice(rec.geometry, ctx, f"{_WHY}=simd_direct"),
+                              _of_geometry(direct_simd.eligible))
+_FORCED_NCHWC = _forced(lambda rec, ctx: nchwc_choice(rec.geometry, ctx, f"{_WHY}=nchwc_direct"),
+                        lambda rec, ctx: nchwc.eligible(rec.geometry, _lanes(ctx)))
+_FORCED_PLAIN_IN = _forced(lambda rec, ctx: plain_in_choice(rec.geometry, ctx, f"{_WHY}=nchwc_plain_in"),
+                           lambda rec, ctx: nchwc.plain_in_eligible(rec.geometry, _lanes(ctx)))
+_FORCED_TRANSPOSED_NCHWC = _forced(lambda rec, ctx: transposed_nchwc_choice(rec, ctx, f"{_WHY}=nchwc_direct"),
+                                   lambda rec, ctx: transposed_reason(rec, lambda g: nchwc.eligible(g, _lanes(ctx))))
+_FORCED_TRANSPOSED_F4 = _forced(lambda rec, ctx: transposed_f4_choice(rec, ctx, f"{_WHY}=winograd_f4"),
+                                lambda rec, ctx: transposed_reason(rec, winograd_f4.eligible))
 # (record type, algo) -> make(rec, ctx): a Choice, or why that algo can't run the record
 FORCED = {
     (R.Conv2D, "naive"): lambda rec, ctx: Choice("naive", f"{_WHY}=naive: reference kernel"),
@@ -202,29 +186,32 @@ FORCED = {
     (R.Conv2dBackwardWeight, "naive"): lambda rec, ctx: Choice("naive", f"{_WHY}=naive: reference kernel"),
     (R.Conv2D, "im2col"): lambda rec, ctx: im2col_choice(rec.geometry, ctx, f"{_WHY}=im2col"),
     (R.Conv3d, "im2col"): lambda rec, ctx: im2col_choice(rec.geometry, ctx, f"{_WHY}=im2col"),
-    (R.Conv2D, "winograd"): _forced(_forced_winograd, lambda g: winograd_reason(g)),
-    (R.Conv2D, "direct"): _forced(_forced_direct, lambda g: direct_reason(g)),
+    (R.Conv2D, "winograd"): _forced(_forced_winograd, _of_geometry(lambda g: winograd_reason(g))),   # defined below
+    (R.Conv2D, "direct"): _forced(_forced_direct, _of_geometry(lambda g: direct_reason(g))),
     (R.Conv2D, "depthwise"): _forced(lambda rec, ctx: Choice("depthwise", f"{_WHY}=depthwise"),
-                                     lambda g: None if is_depthwise(g) else "more than one input channel per group"),
-    (R.Conv2D1x1, "gemm1x1"): lambda rec, ctx: choose_conv2d_1x1(rec, ctx),
-    (R.ConvTranspose2d, "col2im"): lambda rec, ctx: choose_conv_transpose(rec, ctx),
-    (R.ConvTranspose3d, "col2im"): lambda rec, ctx: choose_conv_transpose(rec, ctx),
-    (R.Conv2dBackwardInput, "col2im"): lambda rec, ctx: choose_conv2d_backward_input(rec, ctx),
-    (R.Conv2D, "simd_direct"): _forced(lambda rec, ctx: simd_direct_choice(rec.geometry, ctx, f"{_WHY}=simd_direct"),
-                                       direct_simd.eligible),
-    (R.Conv2D1x1, "simd_direct"): _forced(lambda rec, ctx: simd_direct_choice(rec.geometry, ctx, f"{_WHY}=simd_direct"),
-                                          direct_simd.eligible),
-    (R.Conv2D, "nchwc_direct"): _forced_nchwc,
-    (R.Conv2D1x1, "nchwc_direct"): _forced_nchwc,
-    (R.Conv2D, "nchwc_plain_in"): _forced_plain_in,
-    (R.Conv2D1x1, "nchwc_plain_in"): _forced_plain_in,
-    (R.Conv2D, "nchwc_depthwise"): _forced_depthwise,
-    (R.ConvTranspose2d, "winograd_f4"): _forced_transposed_f4,
-    (R.Conv2dBackwardInput, "winograd_f4"): _forced_transposed_f4,
-    (R.ConvTranspose2d, "nchwc_direct"): _forced_transposed_nchwc,
-    (R.Conv2dBackwardInput, "nchwc_direct"): _forced_transposed_nchwc,
+                                     _of_geometry(lambda g: None if is_depthwise(g)
+                                                  else "more than one input channel per group")),
+    # forcing names the kernel's own choice, not the default rule (which may take a vector kernel)
+    (R.Conv2D1x1, "gemm1x1"): lambda rec, ctx: gemm1x1_choice(rec, ctx, f"{_WHY}=gemm1x1"),
+    (R.ConvTranspose2d, "col2im"): lambda rec, ctx: col2im_choice("conv_transpose2d", rec.geometry, ctx, True),
+    (R.ConvTranspose3d, "col2im"): lambda rec, ctx: col2im_choice("conv_transpose3d", rec.geometry, ctx, True),
+    (R.Conv2dBackwardInput, "col2im"): lambda rec, ctx: col2im_choice("conv2d_backward_input", rec.geometry, ctx,
+                                                                      False),
+    (R.Conv2D, "simd_direct"): _FORCED_SIMD_DIRECT,
+    (R.Conv2D1x1, "simd_direct"): _FORCED_SIMD_DIRECT,
+    (R.Conv2D, "nchwc_direct"): _FORCED_NCHWC,
+    (R.Conv2D1x1, "nchwc_direct"): _FORCED_NCHWC,
+    (R.Conv2D, "nchwc_plain_in"): _FORCED_PLAIN_IN,
+    (R.Conv2D1x1, "nchwc_plain_in"): _FORCED_PLAIN_IN,
+    (R.Conv2D, "nchwc_depthwise"): _forced(
+        lambda rec, ctx: depthwise_choice(rec.geometry, ctx, f"{_WHY}=nchwc_depthwise"),
+        _of_geometry(nchwc.depthwise_eligible)),
+    (R.ConvTranspose2d, "winograd_f4"): _FORCED_TRANSPOSED_F4,
+    (R.Conv2dBackwardInput, "winograd_f4"): _FORCED_TRANSPOSED_F4,
+    (R.ConvTranspose2d, "nchwc_direct"): _FORCED_TRANSPOSED_NCHWC,
+    (R.Conv2dBackwardInput, "nchwc_direct"): _FORCED_TRANSPOSED_NCHWC,
     (R.Conv2D, "winograd_f4"): _forced(lambda rec, ctx: winograd_f4_choice(rec.geometry, ctx, f"{_WHY}=winograd_f4"),
-                                       winograd_f4.eligible),
+                                       _of_geometry(winograd_f4.eligible)),
     (R.Pool2D, "parallel"): lambda rec, ctx: parallel("pool2d", ctx.config, f"{_WHY}=parallel: over the N*C planes"),
     (R.Pool2D, "nchwc_pool"): lambda rec, ctx: nchwc_pool_choice(rec, ctx) or "3-D",
 }
@@ -356,18 +343,21 @@ def choose_conv2d(rec: R.Conv2D, ctx: ChoiceContext) -> Choice:
 def choose_conv2d_1x1(rec: R.Conv2D1x1, ctx: ChoiceContext) -> Choice:
     if not ctx.config.fast_conv:
         return reference("conv2d_1x1", ctx.config)
-    lanes = simd.resolve_width(ctx.config.simd_width)
+    lanes = _lanes(ctx)
     if ctx.near_blocked and lanes > 1 and nchwc_default_reason(rec.geometry, lanes) is None:
         # alone, one GEMM per image is about 10% faster (pointwise 144 -> 24 @56); between
         # blocked neighbours the blocked kernel spares a reorder on each side
         return nchwc_choice(rec.geometry, ctx, "1x1 between blocked neighbours")
+    return gemm1x1_choice(rec, ctx)
+
+
+def gemm1x1_choice(rec: R.Conv2D1x1, ctx: ChoiceContext, why: str = "1x1, stride 1, unpadded, groups 1") -> Choice:
     x = rec.geometry.x_shape
     n, p = x[0], x[2] * x[3]
     # about 256 columns a tile (the pointwise bench case: 0.21 ms at 128-256 columns, 0.3-0.8
     # above), and a whole number of tiles per thread when one image is split
     per_image = ctx.threads * ceil(p / (ctx.threads * 256)) if n < ctx.threads else ceil(p / 256)
-    return Choice("gemm1x1", "1x1, stride 1, unpadded, groups 1: one GEMM per image",
-                  tiling=Tiling(tile=ceil(p / per_image)))
+    return Choice("gemm1x1", f"{why}: one GEMM per image", tiling=Tiling(tile=ceil(p / per_image)))
 
 
 @chooser(R.Conv3d)
@@ -395,10 +385,10 @@ def col2im_choice(family: str, g: ConvGeometry, ctx: ChoiceContext, transposed_i
 def _vector_transposed(rec, ctx: ChoiceContext) -> Optional[Choice]:
     """The default for a stride-1 transposed conv or input gradient: nchwc_direct on the
     forward conv it equals, where that conv would take it."""
-    lanes = simd.resolve_width(ctx.config.simd_width)
-    if ctx.config.fast_conv and ctx.config.winograd == "f4" and transposed_f4_reason(rec) is None:
+    lanes = _lanes(ctx)
+    if ctx.config.fast_conv and ctx.config.winograd == "f4" and transposed_reason(rec, winograd_f4.eligible) is None:
         return transposed_f4_choice(rec, ctx, "RLX_WINOGRAD=f4, stride 1")
-    if not ctx.config.fast_conv or lanes == 1 or transposed_nchwc_reason(rec, lanes) is not None:
+    if not ctx.config.fast_conv or lanes == 1 or transposed_reason(rec, lambda g: nchwc.eligible(g, lanes)) is not None:
         return None
     if nchwc_default_reason(nchwc.as_forward(rec)[0], lanes) is not None:
         return None
@@ -434,7 +424,7 @@ def nchwc_pool_choice(rec, ctx: ChoiceContext) -> Optional[Choice]:
     """The blocked pool, or None where it can't run (3-D)."""
     if nchwc.pool_eligible(rec.geometry) is not None:
         return None
-    lanes = simd.resolve_width(ctx.config.simd_width)
+    lanes = _lanes(ctx)
     g = rec.geometry.lifted(2)
     return Choice("nchwc_pool", f"vector {rec.kind} pool on NCHW{lanes}c: one vector of {lanes} channels a tap",
                   tiling=Tiling(tile=nchwc.pool_items(g, lanes, ctx.threads), lanes=lanes),
@@ -447,7 +437,7 @@ def choose_pool(rec, ctx: ChoiceContext) -> Choice:
     family = "pool3d" if isinstance(rec, R.Pool3D) else "pool2d"
     if not ctx.config.fast_conv:
         return reference(family, ctx.config)
-    if simd.resolve_width(ctx.config.simd_width) == 1:
+    if _lanes(ctx) == 1:
         return parallel(family, ctx.config, "parallel over the N*C planes (RLX_SIMD_WIDTH=1: no vectors)")
     return nchwc_pool_choice(rec, ctx) or parallel(family, ctx.config)
 
@@ -464,7 +454,7 @@ def choose_im2col(rec, ctx: ChoiceContext) -> Choice:
 
 @chooser(R.ResizeNearest2x)
 def choose_resize_nearest2x(rec, ctx: ChoiceContext) -> Choice:
-    lanes = simd.resolve_width(ctx.config.simd_width)
+    lanes = _lanes(ctx)
     if ctx.config.fast_conv and ctx.near_blocked and lanes > 1:
         # between blocked kernels (a U-Net's decoder): stays blocked, sparing two reorders;
         # alone, the plain kernel needs none
