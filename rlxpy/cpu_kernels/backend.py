@@ -36,8 +36,7 @@ class CpuBackend:
         graph output into a fresh array: no copy out of the arena, whose bytes the next run
         reuses. A weight that is a graph input (packed in the call) keeps the copy."""
         redirect = dispatch.OUTPUT_ARG.get((type(thunk.record), thunk.algo))
-        packs_every_run = "w" in thunk.record.roles() and not getattr(thunk.record, "weight_const", False)
-        if redirect is None or packs_every_run:
+        if redirect is None or dispatch.packs_every_run(thunk):
             return None
         entry = table_kernel(dispatch.EXEC, thunk, "CPU")
 

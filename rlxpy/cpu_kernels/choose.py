@@ -70,7 +70,7 @@ def _then(passed) -> str:
 
 def nchwc_choice(g: ConvGeometry, ctx: ChoiceContext, why: str, passed=(), roles=("x", "y")) -> Choice:
     lanes = _lanes(ctx)
-    chunk, _ = nchwc.items(g.lifted(2), lanes, ctx.threads)
+    chunk = nchwc.items(g.lifted(2), lanes, ctx.threads)
     return _capped(Choice("nchwc_direct", f"{why} (NCHW{lanes}c, 6 pixels x 2 blocks of {lanes} channels a "
                                           f"tile){_then(passed)}",
                           0, 4 * nchwc.packed_floats(g.lifted(2), lanes), Tiling(tile=chunk, lanes=lanes),
@@ -96,7 +96,7 @@ NCHWC_MAX_WASTE = 1.34
 
 def plain_in_choice(g: ConvGeometry, ctx: ChoiceContext, why: str, passed=()) -> Choice:
     lanes = _lanes(ctx)
-    chunk, _ = nchwc.items(g.lifted(2), lanes, ctx.threads)
+    chunk = nchwc.items(g.lifted(2), lanes, ctx.threads)
     return _capped(Choice("nchwc_plain_in", f"{why} (x read in place, y NCHW{lanes}c: 6 pixels x 2 blocks of "
                                             f"{lanes} channels a tile){_then(passed)}",
                           0, 4 * nchwc.plain_in_packed_floats(g.lifted(2), lanes), Tiling(tile=chunk, lanes=lanes),

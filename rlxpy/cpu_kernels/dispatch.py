@@ -41,11 +41,16 @@ def bias_of(t: Thunk, arena) -> np.ndarray:
     return NO_BIAS if off < 0 else view(arena, off, (t.record.geometry.y_shape[1],))
 
 
+def packs_every_run(t: Thunk) -> bool:
+    """Whether the thunk's weights are re-packed in its call on every run: a weight that is a
+    graph input, or a record type with no prepare step (weight_const: once per arena)."""
+    return "w" in t.record.roles() and not getattr(t.record, "weight_const", False)
+
+
 def with_weights(kernel, args, t: Thunk, make, make_args):
     """(kernel, args) where the weights' derived form (packed or transformed) is made once per
-    arena by the thunk's prepare step (a param); else a call that remakes it first on every
-    run (a weight that is a graph input, or a record type with no prepare step)."""
-    if getattr(t.record, "weight_const", False):
+    arena by the thunk's prepare step; else a call that remakes it first (packs_every_run)."""
+    if not packs_every_run(t):
         return kernel, args
 
     def run():

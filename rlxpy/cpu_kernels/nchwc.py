@@ -84,17 +84,20 @@ def packed_floats(g, lanes: int) -> int:
     return ocb * cbg * taps * lanes * lanes + ocb * lanes + lanes
 
 
-def items(g, lanes: int, threads: int) -> tuple:
-    """(pixels per work item, work items): a whole number of tiles per item, about 8, and
-    at least 4 items per thread where the plane allows it."""
-    p = prod(g.y_shape[2:])
-    _, ocb_g = group_blocks(g, lanes)
-    outer = g.x_shape[0] * g.groups * -(-ocb_g // BLOCKS)
-    tiles = -(-p // TP)
+def chunk_pixels(g, outer: int, threads: int) -> int:
+    """Output pixels per work item, when `outer` items cover each chunk of a plane: a whole
+    number of tiles, about 8, and at least 4 items per thread where the plane allows it."""
+    tiles = -(-prod(g.y_shape[2:]) // TP)
     per = min(8, tiles)
     while per > 1 and outer * ceil(tiles / per) < 4 * threads:
         per -= 1
-    return per * TP, outer * ceil(tiles / per)
+    return per * TP
+
+
+def items(g, lanes: int, threads: int) -> int:
+    """Pixels per work item of conv / conv_plain_in: items are (image, group, pair of output
+    blocks, chunk)."""
+    return chunk_pixels(g, g.x_shape[0] * g.groups * -(-group_blocks(g, lanes)[1] // BLOCKS), threads)
 
 
 @parallel_kernel
@@ -461,13 +464,8 @@ def pool_eligible(g):
 
 
 def pool_items(g, lanes: int, threads: int) -> int:
-    """Pixels per work item: whole tiles, about 8, and 4 items per thread where possible."""
-    tiles = -(-prod(g.y_shape[2:]) // TP)
-    outer = g.x_shape[0] * -(-g.x_shape[1] // lanes)
-    per = min(8, tiles)
-    while per > 1 and outer * ceil(tiles / per) < 4 * threads:
-        per -= 1
-    return per * TP
+    """Pixels per work item of pool / depthwise: items are (image, channel block, chunk)."""
+    return chunk_pixels(g, g.x_shape[0] * -(-g.x_shape[1] // lanes), threads)
 
 @inlined
 def _pool_pixel(a, xb, ih0, iw0, H, Wi, KH, KW, dh, dw, eh, ew, is_max, count_include_pad, L):
