@@ -199,7 +199,8 @@ def vstore_tail(typingctx, a, i, v, n):
 
 
 def _splat(builder, x, W):
-    vt = ir.VectorType(_F32, W)
+    """x (a float32, or an int32 for a mask) in every one of W lanes."""
+    vt = ir.VectorType(x.type, W)
     one = builder.insert_element(ir.Constant(vt, ir.Undefined), x, ir.Constant(_I32, 0))
     return builder.shuffle_vector(one, ir.Constant(vt, ir.Undefined), ir.Constant(ir.VectorType(_I32, W), [0] * W))
 
@@ -283,10 +284,8 @@ def _masked_store(builder, value, ptr, count, W):
     """Lanes < count of value to ptr (llvm.masked.store: vmaskmovps with AVX2, a k-mask
     with AVX-512): nothing past them is touched."""
     vt = ir.VectorType(_F32, W)
-    vi = ir.VectorType(_I32, W)
-    one = builder.insert_element(ir.Constant(vi, ir.Undefined), builder.trunc(count, _I32), ir.Constant(_I32, 0))
-    mask = builder.icmp_signed("<", ir.Constant(vi, list(range(W))),
-                               builder.shuffle_vector(one, ir.Constant(vi, ir.Undefined), ir.Constant(vi, [0] * W)))
+    mask = builder.icmp_signed("<", ir.Constant(ir.VectorType(_I32, W), list(range(W))),
+                               _splat(builder, builder.trunc(count, _I32), W))
     pt = builder.bitcast(ptr, vt.as_pointer())
     fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [vt, pt.type, _I32, mask.type]),
                                         f"llvm.masked.store.v{W}f32.p0")
