@@ -25,7 +25,8 @@ import time
 import numpy as np
 
 import rlxpy as rx
-from rlxpy.testing import Case, case_arrays, cases, one_node_graph
+from rlxpy.config import CONV_ALGOS
+from rlxpy.testing import Case, case_arrays, cases, main_thunk, one_node_graph
 from rlxpy.thunks.explain import flops
 
 CASES = cases("bench")   # rlxpy/testing.py: the table the tests draw from too
@@ -126,10 +127,10 @@ def geomean(xs):
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
-# Algos tried for "best" beside the default (each only where eligible: a forced algo that
-# can't run a case falls back to the default choice, and is then not timed twice).
-CANDIDATES = ("im2col", "winograd", "winograd_f4", "nchwc_direct", "nchwc_plain_in", "nchwc_depthwise", "depthwise", "gemm1x1",
-              "parallel", "nchwc_pool")
+# Algos tried for "best" beside the default: every name RLX_CONV_ALGO takes but the
+# reference kernel (each only where eligible: a forced algo that can't run a case falls
+# back to the default choice, and is then not timed twice).
+CANDIDATES = tuple(a for a in CONV_ALGOS if a not in ("auto", "naive"))
 
 
 def cpu_header(threads: int) -> str:
@@ -173,13 +174,13 @@ def main(argv=None):
         inputs, params = case_arrays(case, seed=0, scale=0.1)
         runners, exes = {}, {}
         runners["rlx"], exes["rlx"] = rlx_runner(case, inputs, params, base)
-        main_thunk = _main_thunk(exes["rlx"])
-        rec = main_thunk.record
-        seen = {main_thunk.algo}
+        own = main_thunk(exes["rlx"])
+        rec = own.record
+        seen = {own.algo}
         for algo in CANDIDATES:
             run, exe = rlx_runner(case, inputs, params, base.replace(conv_algo=algo))
-            if _main_thunk(exe).algo not in seen:
-                seen.add(_main_thunk(exe).algo)
+            if main_thunk(exe).algo not in seen:
+                seen.add(main_thunk(exe).algo)
                 runners[algo], exes[algo] = run, exe
         runners["torch"] = torch_runner(case, inputs, params)
         o = ort_runner(case, inputs, params, threads)
@@ -199,13 +200,13 @@ def main(argv=None):
         gf = f / ms["rlx"] / 1e6
         row = dict(case=case.id, ms=ms, best=best, gf=gf, torch_ratio=ms["torch"] / ms["rlx"],
                    ort_ratio=(ms["ort"] / ms["rlx"]) if "ort" in ms else None,
-                   best_ratio=ms["torch"] / best, algo=main_thunk.algo)
+                   best_ratio=ms["torch"] / best, algo=own.algo)
         rows.append(row)
         cell = lambda k: f"{ms[k]:.3f}" if k in ms else "-"  # noqa: E731
         rate = lambda k: f"{f / ms[k] / 1e6:.0f}" if k in ms and f else "-"  # noqa: E731
         ort = f"{row['ort_ratio']:.2f}" if row["ort_ratio"] is not None else "-"
-        best_algo = _main_thunk(exes[best_key]).algo
-        cells = [case.id, main_thunk.algo, cell("rlx"), f"{best:.3f} ({best_algo})", cell("torch"), cell("ort"),
+        best_algo = main_thunk(exes[best_key]).algo
+        cells = [case.id, own.algo, cell("rlx"), f"{best:.3f} ({best_algo})", cell("torch"), cell("ort"),
                  rate("rlx"), rate("torch"), rate("ort"), f"{row['torch_ratio']:.2f}", ort, f"{row['best_ratio']:.2f}",
                  f"{exes['rlx'].plan().arena_bytes / 2**20:.1f}"]
         print("| " + " | ".join(cells) + " |")
@@ -221,11 +222,6 @@ def main(argv=None):
     if rows:
         worst = min(rows, key=lambda r: r["torch_ratio"])
         print(f"min torch/rlx: {worst['torch_ratio']:.2f} ({worst['case']})")
-
-
-def _main_thunk(exe):
-    """The case's own thunk (not a layout reorder around it)."""
-    return next(t for t in exe.thunks if t.algo != "reorder")
 
 
 def _tiny_graph():

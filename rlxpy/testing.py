@@ -287,6 +287,11 @@ def case_arrays(case: Case, seed: int = 0, scale: float = 1.0):
     return inputs, params
 
 
+def main_thunk(exe):
+    """The thunk of a one-node graph's node (not a layout reorder the plan put around it)."""
+    return next(t for t in exe.thunks if type(t.record).__name__ != "Reorder")
+
+
 def one_node_graph(build, inputs: Dict[str, np.ndarray], params: Optional[Dict[str, np.ndarray]] = None,
                    dynamic_batch: bool = True, output: str = "out"):
     """A graph of one op: `build(g, values)` (or a Case) over inputs (batch dim dynamic

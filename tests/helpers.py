@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 import rlxpy as rx
-from rlxpy.testing import case_arrays, one_node_graph, rand  # noqa: F401  (rand: re-exported)
+from rlxpy.testing import case_arrays, main_thunk, one_node_graph, rand  # noqa: F401  (re-exported)
 
 REFERENCE = rx.Config(fast_conv=False)
 
@@ -22,11 +22,6 @@ def run_case(case, config=REFERENCE, seed=0, device="cpu"):
     inputs, params = case_arrays(case, seed)
     out, exe = run_graph(case, inputs, params, config, device=device)
     return out, exe, inputs, params
-
-
-def main_thunk(exe):
-    """The thunk of the graph's one node (not a layout reorder the plan put around it)."""
-    return next(t for t in exe.thunks if type(t.record).__name__ != "Reorder")
 
 
 def assert_close(actual, expected, rtol, what=""):
