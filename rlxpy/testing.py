@@ -202,6 +202,11 @@ CASES: Tuple[Case, ...] = (
     conv(3, 4, (5, 6, 7), 6, (3, 2, 3), stride=(1, 2, 1), padding=((1, 0), 1, (0, 2)), dilation=(1, 1, 2),
          groups=2, bias=True, tags=(F,)),
     conv(1, 64, (4, 5, 6), 8, (3, 3, 3), padding=1, tags=(F,)),
+    conv(2, 16, (5, 4, 7), 16, (3, 3, 3), padding=1, bias=True, tags=(F,)),        # 3-D, whole blocks
+    conv(1, 3, (6, 7, 5), 10, (3, 3, 2), stride=2, padding=(1, 1, 0), bias=True, tags=(F,)),   # few input channels
+    conv(2, 11, (5, 6, 6), 11, (3, 3, 3), stride=(2, 1, 1), padding=(2, 1, 1), dilation=(2, 1, 1), groups=11,
+         tags=(F,)),                                                             # depthwise
+    conv_transpose(1, 12, (4, 5, 3), 9, (3, 3, 2), padding=(1, 1, 0), bias=True, tags=(F,)),    # stride 1: a conv
     conv_transpose(3, 4, (5, 6), 3, (3, 4), stride=(2, 3), padding=((1, 0), (2, 1)), output_padding=(1, 2),
                    groups=2, bias=True, tags=(F,)),
     conv_transpose(1, 64, (5, 5), 32, (4, 4), stride=2, padding=1, tags=(F,)),
@@ -224,6 +229,9 @@ CASES: Tuple[Case, ...] = (
     pool("avg", (3, 5, 12, 11), 3, stride=2, padding=1, ceil_mode=True, count_include_pad=False, tags=(F,)),
     pool("avg", (3, 2, 13), 4, stride=3, padding=2, ceil_mode=True, tags=(F,)),
     pool("max", (1, 3, 5, 6, 7), 2, stride=2, padding=1, ceil_mode=True, tags=(F,)),
+    pool("max", (2, 10, 7, 6, 8), 3, stride=(1, 2, 2), padding=1, dilation=(2, 1, 1), tags=(F,)),
+    pool("avg", (2, 10, 7, 6, 8), 3, stride=2, padding=1, ceil_mode=True, count_include_pad=False, tags=(F,)),
+    pool("avg", (1, 9, 5, 6, 7), (2, 3, 3), stride=2, padding=(1, 1, 0), ceil_mode=True, tags=(F,)),
     max_pool2d_backward((3, 4, 9, 8), (3, 4, 5, 4), 3, stride=2, padding=1, tags=(F,)),
     im2col((3, 5, 9, 9), (3, 2), stride=2, padding=((1, 0), (0, 2)), dilation=(2, 1), tags=(F,)),
     resize_nearest2x((3, 4, 5, 7), tags=(F,)),

@@ -196,28 +196,45 @@ def test_explain_says_why_winograd_was_not_taken():
 
 
 # --- the other families -------------------------------------------------------------------
-# the fast algo each op takes (Conv3d: im2col; transposed and input gradient: col2im; 3-D
-# pools: parallel, 1-D and 2-D ones: nchwc_pool; ...)
+# the fast algo each op takes without vectors (transposed and input gradient: col2im; ...);
+# with vectors pools take nchwc_pool and Conv3d the 2-D default's vector kernels
 OTHER_ALGO = {"conv3d": "im2col", "conv_transpose2d": "col2im", "conv_transpose3d": "col2im",
               "conv2d_backward_input": "col2im", "conv2d_backward_weight": "im2col", "pool": "parallel",
               "max_pool2d_backward": "parallel", "im2col": "parallel", "resize_nearest2x": "parallel"}
+
+
+def expected_conv3d_algo(case):
+    """The 2-D default rule with vectors, restated for Conv3d (which has no 1x1 GEMM, no
+    Winograd and no per-plane depthwise kernel)."""
+    (_, x), (_, w) = case.inputs[0], case.params[0]
+    c, k, groups, lanes = x[1], w[0], case.kw["groups"], simd.resolve_width(None)
+    if lanes == 1:
+        return "im2col"
+    if groups == 1 and c < lanes:
+        return "nchwc_plain_in"
+    if c == groups == k:
+        return "nchwc_depthwise"
+    blocks = lambda n: -(-n // lanes) * lanes  # noqa: E731
+    whole = groups == 1 or ((c // groups) % lanes == 0 and (k // groups) % lanes == 0)
+    return "nchwc_direct" if whole and (groups > 1 or blocks(c) * blocks(k) <= 1.34 * c * k) else "im2col"
 
 
 @pytest.mark.parametrize("case", OTHER_CASES, ids=lambda c: c.id)
 def test_other_fast_kernels_match_reference(case):
     ref, _, _, _ = run_case(case, REFERENCE, seed=25)
     out, exe, _, _ = run_case(case, FAST, seed=25)
-    spatial = len(case.inputs[0][1]) - 2
     vectors = simd.resolve_width(None) > 1
-    expected = "nchwc_pool" if case.op == "pool" and spatial <= 2 and vectors else OTHER_ALGO[case.op]
-    if case.op in ("conv_transpose2d", "conv2d_backward_input") and _runs_as_vector_conv(case):
+    expected = "nchwc_pool" if case.op == "pool" and vectors else OTHER_ALGO[case.op]
+    if case.op == "conv3d":
+        expected = expected_conv3d_algo(case)
+    if case.op in ("conv_transpose2d", "conv_transpose3d", "conv2d_backward_input") and _runs_as_vector_conv(case):
         expected = "nchwc_direct"
     assert main_thunk(exe).algo == expected, exe.explain()
     assert_close(out, ref, 1e-4, case.id)
 
 
 def _runs_as_vector_conv(case):
-    """The default rule for a transposed conv or input gradient, restated: stride 1, 2-D,
+    """The default rule for a transposed conv or input gradient, restated: stride 1,
     padding within the dilated kernel, and the forward conv it equals (channels in -> out)
     one the blocked kernel takes by default (see expected_conv2d_algo)."""
     kw, lanes = case.kw, simd.resolve_width(None)
@@ -230,7 +247,7 @@ def _runs_as_vector_conv(case):
     groups, k = kw["groups"], w[2:]
     pads = [p if isinstance(p, tuple) else (p, p) for p in _pair(kw["padding"], nsp)]
     reach = [d * (kk - 1) for d, kk in zip(_pair(kw["dilation"], nsp), k)]
-    if lanes == 1 or nsp != 2 or _pair(kw["stride"], nsp) != (1,) * nsp:
+    if lanes == 1 or _pair(kw["stride"], nsp) != (1,) * nsp:
         return False
     if any(p > r for pr, r in zip(pads, reach) for p in pr):
         return False

@@ -23,15 +23,13 @@ def _every_width(monkeypatch):
     The host's widest stays first, so the default width is still the host's."""
     real = simd.host_widths()
     monkeypatch.setattr(simd, "host_widths", lambda: real + tuple(w for w in WIDTHS if w not in real))
-CONV_CASES = [c for c in cases("fast") if c.op == "conv"]
+CONV_CASES = [c for c in cases("fast") if c.op in ("conv", "conv3d")]     # 1-, 2- and 3-D
 
 
 def _why_not_blocked(case, width):
     """Why nchwc_direct can't run a case, restated from its fields (None: it can)."""
     (_, x), (_, w) = case.inputs[0], case.params[0]
     groups = case.kw["groups"]
-    if len(x) > 4:
-        return "3-D"
     if groups > 1 and ((x[1] // groups) % width or (w[0] // groups) % width):
         return "not whole blocks"
     return None
@@ -62,7 +60,7 @@ def test_nchwc_plain_in_matches_reference_at_every_width(case, width):
     out, exe, _, _ = run_case(case, rx.Config(conv_algo="nchwc_plain_in", simd_width=width), seed=41)
     th = main_thunk(exe)
     (_, x) = case.inputs[0]
-    if case.kw["groups"] == 1 and len(x) <= 4:
+    if case.kw["groups"] == 1:
         assert (th.algo, th.tiling.lanes, th.layouts) == ("nchwc_plain_in", width, ()), exe.explain()
         assert len(exe.thunks) == 1                        # x read in place, y written plain: no reorder
     else:
@@ -134,18 +132,53 @@ def test_padded_channels_are_written_by_every_kernel_not_left_from_a_zeroed_aren
         assert np.array_equal(again[name], first[name]), name
 
 
-@pytest.mark.parametrize("algo", ["nchwc_direct", "nchwc_plain_in"])
-def test_a_weight_that_is_a_graph_input_is_packed_every_run(algo):
+WEIGHT_INPUT_CASES = {   # op -> (builder, x shape, w shape): weights a graph input
+    "conv": (lambda g, x, w, b: g.conv(x, w, bias=b, padding=1), (2, 3, 9, 10), (17, 3, 3, 3)),
+    "conv3d": (lambda g, x, w, b: g.conv3d(x, w, bias=b, padding=1), (2, 3, 5, 6, 4), (17, 3, 3, 2, 3)),
+    "conv_transpose3d": (lambda g, x, w, b: g.conv_transpose3d(x, w, bias=b, padding=1), (2, 3, 5, 6, 4),
+                         (3, 17, 3, 2, 3)),
+}
+
+
+@pytest.mark.parametrize("op, algo", [("conv", "nchwc_direct"), ("conv", "nchwc_plain_in"),
+                                      ("conv3d", "nchwc_direct"), ("conv3d", "nchwc_plain_in"),
+                                      ("conv_transpose3d", "nchwc_direct")])
+def test_a_weight_that_is_a_graph_input_is_packed_every_run(op, algo):
+    build, xs, ws = WEIGHT_INPUT_CASES[op]
     g = rx.Graph()
-    x, w, b = g.input("x", (2, 3, 9, 10)), g.input("w", (17, 3, 3, 3)), g.input("b", (17,))
-    g.output("y", g.conv(x, w, bias=b, padding=1))
+    x, w, b = g.input("x", xs), g.input("w", ws), g.input("b", (17,))
+    g.output("y", build(g, x, w, b))
     fast, ref = rx.compile(g, rx.Config(conv_algo=algo)), rx.compile(g, REFERENCE)
     assert main_thunk(fast).algo == algo and not main_thunk(fast).record.weight_const
     rng = np.random.default_rng(44)
-    xv = rand(rng, 2, 3, 9, 10)
+    xv = rand(rng, *xs)
     for _ in range(2):
-        feed = {"x": xv, "w": rand(rng, 17, 3, 3, 3), "b": rand(rng, 17)}
+        feed = {"x": xv, "w": rand(rng, *ws), "b": rand(rng, 17)}
         assert_close(fast.run(feed)["y"], ref.run(feed)["y"], TOL)
+
+
+@pytest.mark.parametrize("op", ["conv3d", "conv_transpose3d"])
+def test_param_weights_of_every_conv_record_are_packed_once_per_arena(op, monkeypatch):
+    """Conv3d and transposed convs have prepare steps too: a param is packed when the arena
+    is bound, not on every run (the pack is counted)."""
+    from rlxpy.cpu_kernels import dispatch, nchwc
+    build, xs, ws = WEIGHT_INPUT_CASES[op]
+    rng = np.random.default_rng(46)
+    g = rx.Graph()
+    x = g.input("x", xs)
+    g.output("y", build(g, x, g.param("w", rand(rng, *ws)), g.param("b", rand(rng, 17))))
+    packs = []
+    real = nchwc.pack
+    monkeypatch.setattr(nchwc, "pack", lambda *a: (packs.append(1), real(*a))[1])
+    fast = rx.compile(g, rx.Config(conv_algo="nchwc_direct"))
+    th = main_thunk(fast)
+    assert th.record.weight_const and not dispatch.packs_every_run(th)
+    xv = rand(rng, *xs)
+    outs = [fast.run({"x": xv})["y"] for _ in range(3)]
+    assert len(packs) == 1
+    ref = rx.compile(g, REFERENCE).run({"x": xv})["y"]
+    for out in outs:
+        assert_close(out, ref, TOL)
 
 
 def test_a_dynamic_batch_gets_a_plan_per_size():
@@ -215,7 +248,7 @@ def test_an_input_copied_in_blocked_may_have_any_strides():
     assert_close(exe.run({"x": xv})["y"], rx.compile(g, REFERENCE).run({"x": np.ascontiguousarray(xv)})["y"], TOL)
 
 
-POOL_CASES = [c for c in cases("fast") + cases("reference") if c.op == "pool" and len(c.inputs[0][1]) <= 4]
+POOL_CASES = [c for c in cases("fast") + cases("reference") if c.op == "pool"]     # 1-, 2- and 3-D
 
 
 @pytest.mark.parametrize("width", WIDTHS)
@@ -242,7 +275,7 @@ def test_nchwc_depthwise_matches_reference_at_every_width(case, width):
     out, exe, _, _ = run_case(case, rx.Config(conv_algo="nchwc_depthwise", simd_width=width), seed=50)
     th = main_thunk(exe)
     (_, x), (_, w) = case.inputs[0], case.params[0]
-    if len(x) <= 4 and case.kw["groups"] == x[1] == w[0]:
+    if case.kw["groups"] == x[1] == w[0]:
         assert (th.algo, th.tiling.lanes) == ("nchwc_depthwise", width), exe.explain()
     else:
         assert th.algo != "nchwc_depthwise" and "nchwc_depthwise not eligible" in th.why
@@ -335,7 +368,7 @@ def test_winograd_f4_splits_output_channels_on_small_images():
     assert_close(exe.run({"x": xv})["y"], rx.compile(g, REFERENCE).run({"x": xv})["y"], F4_TOL)
 
 
-TRANSPOSED_CASES = [c for c in cases("fast") if c.op in ("conv_transpose2d", "conv2d_backward_input")]
+TRANSPOSED_CASES = [c for c in cases("fast") if c.op in ("conv_transpose2d", "conv_transpose3d", "conv2d_backward_input")]
 
 
 @pytest.mark.parametrize("width", WIDTHS)

@@ -173,6 +173,8 @@ _FORCED_PLAIN_IN = _forced(lambda rec, ctx: plain_in_choice(rec.geometry, ctx, f
                            lambda rec, ctx: nchwc.plain_in_eligible(rec.geometry, _lanes(ctx)))
 _FORCED_TRANSPOSED_NCHWC = _forced(lambda rec, ctx: transposed_nchwc_choice(rec, ctx, f"{_WHY}=nchwc_direct"),
                                    lambda rec, ctx: transposed_reason(rec, lambda g: nchwc.eligible(g, _lanes(ctx))))
+_FORCED_DEPTHWISE = _forced(lambda rec, ctx: depthwise_choice(rec.geometry, ctx, f"{_WHY}=nchwc_depthwise"),
+                            _of_geometry(nchwc.depthwise_eligible))
 _FORCED_TRANSPOSED_F4 = _forced(lambda rec, ctx: transposed_f4_choice(rec, ctx, f"{_WHY}=winograd_f4"),
                                 lambda rec, ctx: transposed_reason(rec, winograd_f4.eligible))
 # (record type, algo) -> make(rec, ctx): a Choice, or why that algo can't run the record
@@ -203,9 +205,7 @@ FORCED = {
     (R.Conv2D1x1, "nchwc_direct"): _FORCED_NCHWC,
     (R.Conv2D, "nchwc_plain_in"): _FORCED_PLAIN_IN,
     (R.Conv2D1x1, "nchwc_plain_in"): _FORCED_PLAIN_IN,
-    (R.Conv2D, "nchwc_depthwise"): _forced(
-        lambda rec, ctx: depthwise_choice(rec.geometry, ctx, f"{_WHY}=nchwc_depthwise"),
-        _of_geometry(nchwc.depthwise_eligible)),
+    (R.Conv2D, "nchwc_depthwise"): _FORCED_DEPTHWISE,
     (R.ConvTranspose2d, "winograd_f4"): _FORCED_TRANSPOSED_F4,
     (R.Conv2dBackwardInput, "winograd_f4"): _FORCED_TRANSPOSED_F4,
     (R.ConvTranspose2d, "nchwc_direct"): _FORCED_TRANSPOSED_NCHWC,
@@ -213,7 +213,13 @@ FORCED = {
     (R.Conv2D, "winograd_f4"): _forced(lambda rec, ctx: winograd_f4_choice(rec.geometry, ctx, f"{_WHY}=winograd_f4"),
                                        _of_geometry(winograd_f4.eligible)),
     (R.Pool2D, "parallel"): lambda rec, ctx: parallel("pool2d", ctx.config, f"{_WHY}=parallel: over the N*C planes"),
-    (R.Pool2D, "nchwc_pool"): lambda rec, ctx: nchwc_pool_choice(rec, ctx) or "3-D",
+    (R.Pool3D, "parallel"): lambda rec, ctx: parallel("pool3d", ctx.config, f"{_WHY}=parallel: over the N*C planes"),
+    (R.Pool2D, "nchwc_pool"): lambda rec, ctx: nchwc_pool_choice(rec, ctx),     # defined below
+    (R.Pool3D, "nchwc_pool"): lambda rec, ctx: nchwc_pool_choice(rec, ctx),
+    (R.Conv3d, "nchwc_direct"): _FORCED_NCHWC,
+    (R.Conv3d, "nchwc_plain_in"): _FORCED_PLAIN_IN,
+    (R.Conv3d, "nchwc_depthwise"): _FORCED_DEPTHWISE,
+    (R.ConvTranspose3d, "nchwc_direct"): _FORCED_TRANSPOSED_NCHWC,
 }
 FORCED_TYPES = frozenset(t for t, _ in FORCED)
 
@@ -326,13 +332,28 @@ def choose_conv2d(rec: R.Conv2D, ctx: ChoiceContext) -> Choice:
     lanes = simd.resolve_width(config.simd_width)
     if lanes == 1:      # no vectors (RLX_SIMD_WIDTH=1): the blocked kernels run scalar, BLAS is faster
         passed.append("vector kernels: RLX_SIMD_WIDTH=1")
+    vec = _few_channels_or_depthwise(g, ctx, lanes, passed)
+    if vec is not None:
+        return vec
+    if is_depthwise(g):
+        return Choice("depthwise", "one input channel per group: per-channel kernel; " + "; ".join(passed))
+    return _blocked_or_im2col(g, ctx, lanes, passed)
+
+
+def _few_channels_or_depthwise(g: ConvGeometry, ctx: ChoiceContext, lanes: int, passed) -> Optional[Choice]:
+    """The default's first vector kernels (2-D and 3-D): x read plain for fewer input
+    channels than lanes, the blocked depthwise kernel for multiplier 1; else None."""
     if lanes > 1 and g.groups == 1 and g.x_shape[1] < lanes and nchwc.plain_in_eligible(g, lanes) is None:
         return plain_in_choice(g, ctx, f"vector direct conv, {g.x_shape[1]} input channels (< {lanes} lanes)",
                                passed)
     if lanes > 1 and nchwc.depthwise_eligible(g) is None:
         return depthwise_choice(g, ctx, "depthwise on vectors of channels", passed)
-    if is_depthwise(g):
-        return Choice("depthwise", "one input channel per group: per-channel kernel; " + "; ".join(passed))
+    return None
+
+
+def _blocked_or_im2col(g: ConvGeometry, ctx: ChoiceContext, lanes: int, passed) -> Choice:
+    """The default's last step: the blocked conv where its padded channels cost little, else
+    im2col + GEMM."""
     blocked_why = "RLX_SIMD_WIDTH=1" if lanes == 1 else nchwc_default_reason(g, lanes)
     if blocked_why is None:
         return nchwc_choice(g, ctx, "vector direct conv", passed)
@@ -362,9 +383,15 @@ def gemm1x1_choice(rec: R.Conv2D1x1, ctx: ChoiceContext, why: str = "1x1, stride
 
 @chooser(R.Conv3d)
 def choose_conv3d(rec: R.Conv3d, ctx: ChoiceContext) -> Choice:
+    """The 2-D default's vector kernels, per depth tap: plain input, depthwise, blocked; else
+    im2col + GEMM."""
     if not ctx.config.fast_conv:
         return reference("conv3d", ctx.config)
-    return im2col_choice(rec.geometry, ctx, "im2col+GEMM")
+    lanes, passed = _lanes(ctx), []
+    if lanes == 1:
+        passed.append("vector kernels: RLX_SIMD_WIDTH=1")
+    return _few_channels_or_depthwise(rec.geometry, ctx, lanes, passed) or _blocked_or_im2col(rec.geometry, ctx,
+                                                                                                lanes, passed)
 
 
 def col2im_choice(family: str, g: ConvGeometry, ctx: ChoiceContext, transposed_in: bool) -> Choice:
@@ -399,7 +426,7 @@ def _vector_transposed(rec, ctx: ChoiceContext) -> Optional[Choice]:
 @chooser(R.ConvTranspose3d)
 def choose_conv_transpose(rec, ctx: ChoiceContext) -> Choice:
     family = "conv_transpose3d" if isinstance(rec, R.ConvTranspose3d) else "conv_transpose2d"
-    if type(rec) is R.ConvTranspose2d and (vec := _vector_transposed(rec, ctx)) is not None:
+    if (vec := _vector_transposed(rec, ctx)) is not None:
         return vec
     return col2im_choice(family, rec.geometry, ctx, transposed_in=True)
 
@@ -420,12 +447,10 @@ def choose_conv2d_backward_weight(rec, ctx: ChoiceContext) -> Choice:
                           ctx.threads * 4 * weight_grad_slot_floats(g, tile), 0, Tiling(tile)))
 
 
-def nchwc_pool_choice(rec, ctx: ChoiceContext) -> Optional[Choice]:
-    """The blocked pool, or None where it can't run (3-D)."""
-    if nchwc.pool_eligible(rec.geometry) is not None:
-        return None
+def nchwc_pool_choice(rec, ctx: ChoiceContext) -> Choice:
+    """The blocked pool (1-, 2- and 3-D)."""
     lanes = _lanes(ctx)
-    g = rec.geometry.lifted(2)
+    g = rec.geometry
     return Choice("nchwc_pool", f"vector {rec.kind} pool on NCHW{lanes}c: one vector of {lanes} channels a tap",
                   tiling=Tiling(tile=nchwc.pool_items(g, lanes, ctx.threads), lanes=lanes),
                   layouts=(("x", blocked(lanes)), ("y", blocked(lanes))), plain_ok=("y",))
@@ -439,7 +464,7 @@ def choose_pool(rec, ctx: ChoiceContext) -> Choice:
         return reference(family, ctx.config)
     if _lanes(ctx) == 1:
         return parallel(family, ctx.config, "parallel over the N*C planes (RLX_SIMD_WIDTH=1: no vectors)")
-    return nchwc_pool_choice(rec, ctx) or parallel(family, ctx.config)
+    return nchwc_pool_choice(rec, ctx)
 
 
 @chooser(R.MaxPool2dBackward)

@@ -43,8 +43,10 @@ def bias_of(t: Thunk, arena) -> np.ndarray:
 
 def packs_every_run(t: Thunk) -> bool:
     """Whether the thunk's weights are re-packed in its call on every run: a weight that is a
-    graph input, or a record type with no prepare step (weight_const: once per arena)."""
-    return "w" in t.record.roles() and not getattr(t.record, "weight_const", False)
+    graph input, or a (record type, algo) with no prepare step (else: once per arena)."""
+    if "w" not in t.record.roles():
+        return False
+    return not getattr(t.record, "weight_const", False) or (type(t.record), t.algo) not in PREPARE
 
 
 def with_weights(kernel, args, t: Thunk, make, make_args):
@@ -249,16 +251,33 @@ def conv_simd_direct(t, arena):
     return run, ()
 
 
+def _as_4d(w):
+    """A 3-D kernel [K, C, KD, KH, KW] as [K, C, KD*KH, KW] (the same bytes): the packers'
+    taps run in the kernels' order (kd, kh, kw)."""
+    return w.reshape(w.shape[0], w.shape[1], -1, w.shape[-1])
+
+
+def _geometry_args(g3) -> tuple:
+    """A lifted(3) geometry's (D, H, W, OD, OH, OW, kernel, stride, pad_begin, dilation)."""
+    return (*g3.x_shape[2:], *g3.y_shape[2:], *g3.kernel, *g3.stride, *g3.pad_begin, *g3.dilation)
+
+
+def _y_args(t, arena, y_role: str = "y") -> tuple:
+    """(ya, y0, y_plain): where the kernel writes y, and whether plain."""
+    return arena, t.off(y_role) // 4, t.layout(y_role) == PLAIN
+
+
 def _nchwc_pack_args(t, arena):
-    g = t.record.geometry.lifted(2)
+    g = t.record.geometry.lifted(3)
     lanes = t.tiling.lanes
-    w = at(t, arena, "w", (g.y_shape[1], g.cin_g) + tuple(g.kernel))
+    w = _as_4d(at(t, arena, "w", (g.y_shape[1], g.cin_g) + tuple(g.kernel)))
     return (w, bias_of(t, arena), arena, t.persistent_off // 4, g.groups, *nchwc.group_blocks(g, lanes),
             simd.lanes(lanes))
 
 
 @prepares(R.Conv2D, "nchwc_direct")
 @prepares(R.Conv2D1x1, "nchwc_direct")
+@prepares(R.Conv3d, "nchwc_direct")
 def nchwc_prepare(t, arena):
     """A param's weights and bias packed into the kernel's blocks, once per arena."""
     return nchwc.pack, _nchwc_pack_args(t, arena)
@@ -266,67 +285,66 @@ def nchwc_prepare(t, arena):
 
 @runs(R.Conv2D, "nchwc_direct")
 @runs(R.Conv2D1x1, "nchwc_direct")
+@runs(R.Conv3d, "nchwc_direct")
 def conv_nchwc_direct(t, arena):
-    g = t.record.geometry.lifted(2)
+    g = t.record.geometry.lifted(3)
     lanes = t.tiling.lanes
-    (_, h, wi), (_, oh, ow) = g.x_shape[1:], g.y_shape[1:]
-    args = (arena, t.off("x") // 4, t.persistent_off // 4, arena, t.off("y") // 4, t.layout("y") == PLAIN,
-            g.y_shape[1], g.x_shape[0], h, wi, oh, ow,
-            *g.kernel, *g.stride, *g.pad_begin, *g.dilation, g.groups, *nchwc.group_blocks(g, lanes),
-            t.tiling.tile, simd.lanes(lanes))
+    args = (arena, t.off("x") // 4, t.persistent_off // 4, *_y_args(t, arena), g.y_shape[1], g.x_shape[0],
+            *_geometry_args(g), g.groups, *nchwc.group_blocks(g, lanes), t.tiling.tile, simd.lanes(lanes))
     return with_weights(nchwc.conv, args, t, nchwc.pack, _nchwc_pack_args(t, arena))
 
 
 def _plain_in_pack_args(t, arena):
-    g = t.record.geometry.lifted(2)
-    w = at(t, arena, "w", (g.y_shape[1], g.cin_g) + tuple(g.kernel))
+    g = t.record.geometry.lifted(3)
+    w = _as_4d(at(t, arena, "w", (g.y_shape[1], g.cin_g) + tuple(g.kernel)))
     return w, bias_of(t, arena), arena, t.persistent_off // 4, simd.lanes(t.tiling.lanes)
 
 
 @prepares(R.Conv2D, "nchwc_plain_in")
 @prepares(R.Conv2D1x1, "nchwc_plain_in")
+@prepares(R.Conv3d, "nchwc_plain_in")
 def plain_in_prepare(t, arena):
     return nchwc.pack_plain_in, _plain_in_pack_args(t, arena)
 
 
 @runs(R.Conv2D, "nchwc_plain_in")
 @runs(R.Conv2D1x1, "nchwc_plain_in")
+@runs(R.Conv3d, "nchwc_plain_in")
 def conv_nchwc_plain_in(t, arena):
-    g = t.record.geometry.lifted(2)
-    (c, h, wi), (_, oh, ow) = g.x_shape[1:], g.y_shape[1:]
-    args = (arena, t.off("x") // 4, t.persistent_off // 4, arena, t.off("y") // 4, t.layout("y") == PLAIN,
-            g.y_shape[1], g.x_shape[0], c, h, wi, oh, ow, *g.kernel, *g.stride, *g.pad_begin, *g.dilation,
-            t.tiling.tile, simd.lanes(t.tiling.lanes))
+    g = t.record.geometry.lifted(3)
+    args = (arena, t.off("x") // 4, t.persistent_off // 4, *_y_args(t, arena), g.y_shape[1], g.x_shape[0],
+            g.x_shape[1], *_geometry_args(g), t.tiling.tile, simd.lanes(t.tiling.lanes))
     return with_weights(nchwc.conv_plain_in, args, t, nchwc.pack_plain_in, _plain_in_pack_args(t, arena))
 
 
 def _depthwise_pack_args(t, arena):
-    g = t.record.geometry.lifted(2)
-    w = at(t, arena, "w", (g.y_shape[1], 1) + tuple(g.kernel))
+    g = t.record.geometry.lifted(3)
+    w = _as_4d(at(t, arena, "w", (g.y_shape[1], 1) + tuple(g.kernel)))
     return w, bias_of(t, arena), arena, t.persistent_off // 4, simd.lanes(t.tiling.lanes)
 
 
 @prepares(R.Conv2D, "nchwc_depthwise")
+@prepares(R.Conv3d, "nchwc_depthwise")
 def depthwise_prepare(t, arena):
     return nchwc.pack_depthwise, _depthwise_pack_args(t, arena)
 
 
 @runs(R.Conv2D, "nchwc_depthwise")
+@runs(R.Conv3d, "nchwc_depthwise")
 def conv_nchwc_depthwise(t, arena):
-    g = t.record.geometry.lifted(2)
-    (c, h, wi), (oh, ow) = g.x_shape[1:], g.y_shape[2:]
-    args = (arena, t.off("x") // 4, t.persistent_off // 4, arena, t.off("y") // 4, t.layout("y") == PLAIN, c,
-            g.x_shape[0], h, wi, oh, ow, *g.kernel, *g.stride, *g.pad_begin, *g.dilation, t.tiling.tile,
-            simd.lanes(t.tiling.lanes))
+    g = t.record.geometry.lifted(3)
+    args = (arena, t.off("x") // 4, t.persistent_off // 4, *_y_args(t, arena), g.x_shape[1], g.x_shape[0],
+            *_geometry_args(g), t.tiling.tile, simd.lanes(t.tiling.lanes))
     return with_weights(nchwc.depthwise, args, t, nchwc.pack_depthwise, _depthwise_pack_args(t, arena))
 
 
 @runs(R.Pool2D, "nchwc_pool")
+@runs(R.Pool3D, "nchwc_pool")
 def pool_nchwc(t, arena):
-    g = t.record.geometry.lifted(2)
-    (c, h, wi), (oh, ow) = g.x_shape[1:], g.y_shape[2:]
-    return nchwc.pool, (arena, t.off("x") // 4, arena, t.off("y") // 4, t.layout("y") == PLAIN, c, g.x_shape[0], h, wi,
-                        oh, ow, *g.kernel, *g.stride, *g.pad_begin, *g.pad_end, *g.dilation,
+    g = t.record.geometry.lifted(3)
+    (d, h, wi), (od, oh, ow) = g.x_shape[2:], g.y_shape[2:]
+    return nchwc.pool, (arena, t.off("x") // 4, *_y_args(t, arena), g.x_shape[1], g.x_shape[0], d, h, wi, od, oh, ow,
+                        *g.kernel, *g.stride, *g.pad_begin, *g.pad_end, *g.dilation,
                         t.record.kind == "max", t.record.count_include_pad, t.tiling.tile, simd.lanes(t.tiling.lanes))
 
 
@@ -376,6 +394,7 @@ def _pack_transposed_f4(pack):
 
 
 @prepares(R.Conv2dBackwardInput, "winograd_f4")
+@prepares(R.ConvTranspose2d, "winograd_f4")
 def transposed_f4_prepare(t, arena):
     return _pack_transposed_f4, (_transposed_f4(t, arena)[1],)
 
@@ -397,32 +416,35 @@ OUTPUT_ARG = {
     (R.Conv2D, "nchwc_direct"): _y_at(3), (R.Conv2D1x1, "nchwc_direct"): _y_at(3),
     (R.Conv2D, "nchwc_plain_in"): _y_at(3), (R.Conv2D1x1, "nchwc_plain_in"): _y_at(3),
     (R.Conv2D, "nchwc_depthwise"): _y_at(3),
-    (R.Pool2D, "nchwc_pool"): _y_at(2),
+    (R.Conv3d, "nchwc_direct"): _y_at(3), (R.Conv3d, "nchwc_plain_in"): _y_at(3), (R.Conv3d, "nchwc_depthwise"): _y_at(3),
+    (R.Pool2D, "nchwc_pool"): _y_at(2), (R.Pool3D, "nchwc_pool"): _y_at(2),
     (R.Conv2D, "winograd_f4"): _y_at(3),
     (R.Conv2dBackwardInput, "winograd_f4"): _y_at(3), (R.ConvTranspose2d, "winograd_f4"): _y_at(3),
     (R.Conv2dBackwardInput, "nchwc_direct"): _y_at(3), (R.ConvTranspose2d, "nchwc_direct"): _y_at(3),
+    (R.ConvTranspose3d, "nchwc_direct"): _y_at(3),
 }
 
 
 def _transposed_nchwc(t, arena):
     """(kernel args, pack args) of a transposed conv or input gradient run as nchwc_direct."""
     g, x_role, y_role, w, bias = _as_forward(t, arena)
-    g = g.lifted(2)
+    g = g.lifted(3)
     lanes = t.tiling.lanes
-    (_, h, wi), (_, oh, ow) = g.x_shape[1:], g.y_shape[1:]
-    args = (arena, t.off(x_role) // 4, t.persistent_off // 4, arena, t.off(y_role) // 4, t.layout(y_role) == PLAIN,
-            g.y_shape[1], g.x_shape[0], h, wi, oh, ow, *g.kernel, *g.stride, *g.pad_begin, *g.dilation, g.groups,
-            *nchwc.group_blocks(g, lanes), t.tiling.tile, simd.lanes(lanes))
+    args = (arena, t.off(x_role) // 4, t.persistent_off // 4, *_y_args(t, arena, y_role), g.y_shape[1],
+            g.x_shape[0], *_geometry_args(g), g.groups, *nchwc.group_blocks(g, lanes), t.tiling.tile,
+            simd.lanes(lanes))
     pack = (w, bias, arena, t.persistent_off // 4, g.groups, *nchwc.group_blocks(g, lanes), simd.lanes(lanes))
     return args, pack
 
 
 def _pack_transposed(pack):
     w, b, arena, p0, groups, cbg, ocbg, lanes = pack
-    nchwc.pack(nchwc.forward_weights(w, groups), b, arena, p0, groups, cbg, ocbg, lanes)
+    nchwc.pack(_as_4d(nchwc.forward_weights(w, groups)), b, arena, p0, groups, cbg, ocbg, lanes)
 
 
 @prepares(R.Conv2dBackwardInput, "nchwc_direct")
+@prepares(R.ConvTranspose2d, "nchwc_direct")
+@prepares(R.ConvTranspose3d, "nchwc_direct")
 def transposed_nchwc_prepare(t, arena):
     """The weights flipped, transposed per group and packed, once per arena."""
     return _pack_transposed, (_transposed_nchwc(t, arena)[1],)
@@ -430,6 +452,7 @@ def transposed_nchwc_prepare(t, arena):
 
 @runs(R.Conv2dBackwardInput, "nchwc_direct")
 @runs(R.ConvTranspose2d, "nchwc_direct")
+@runs(R.ConvTranspose3d, "nchwc_direct")
 def transposed_nchwc(t, arena):
     args, pack = _transposed_nchwc(t, arena)
     return with_weights(nchwc.conv, args, t, _pack_transposed, (pack,))

@@ -60,9 +60,7 @@ def forward_weights(w, groups: int):
 
 def eligible(g, lanes: int):
     """None when nchwc_direct can run the conv, else why not (the channels of a group
-    must be whole blocks, unless there is one group)."""
-    if g.spatial_rank > 2:
-        return f"{g.spatial_rank}-D"
+    must be whole blocks, unless there is one group). 1-, 2- and 3-D."""
     if g.groups > 1 and (g.cin_g % lanes or g.cout_g % lanes):
         return f"{g.cin_g} -> {g.cout_g} channels per group are not whole blocks of {lanes}"
     return None
@@ -85,9 +83,11 @@ def packed_floats(g, lanes: int) -> int:
 
 
 def chunk_pixels(g, outer: int, threads: int) -> int:
-    """Output pixels per work item, when `outer` items cover each chunk of a plane: a whole
-    number of tiles, about 8, and at least 4 items per thread where the plane allows it."""
-    tiles = -(-prod(g.y_shape[2:]) // TP)
+    """Output pixels per work item, when `outer` items cover each chunk of a plane (times
+    the output depth of a 3-D op: a chunk stays in one plane): a whole number of tiles,
+    about 8, and at least 4 items per thread where the plane allows it."""
+    outer *= prod(g.y_shape[2:-2])
+    tiles = -(-prod(g.y_shape[-2:]) // TP)
     per = min(8, tiles)
     while per > 1 and outer * ceil(tiles / per) < 4 * threads:
         per -= 1
@@ -102,7 +102,8 @@ def items(g, lanes: int, threads: int) -> int:
 
 @parallel_kernel
 def pack(w, b, a, p0, groups, CBg, OCBg, L):
-    """w [K, C/groups, KH, KW] (and b [K] or empty) into a[p0:]: see packed_floats."""
+    """w [K, C/groups, KH, KW] (and b [K] or empty) into a[p0:]: see packed_floats. A 3-D
+    kernel comes as [K, C/groups, KD*KH, KW] (the same bytes): taps in the kernels' order."""
     V = nlanes(L)
     K, Cg, KH, KW = w.shape
     Kg = K // groups
@@ -330,23 +331,27 @@ def _item(it, chunks, pairs, groups):
 
 
 @parallel_kernel
-def conv(a, x0, p0, ya, y0, y_plain, K, N, H, Wi, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw, groups, CBg, OCBg, chunk, L):
-    """y (in ya at y0: blocked, or plain [N, K, OH, OW] when y_plain; ya is a, or a graph
+def conv(a, x0, p0, ya, y0, y_plain, K, N, D, H, Wi, OD, OH, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw,
+         groups, CBg, OCBg, chunk, L):
+    """y (in ya at y0: blocked, or plain [N, K, OD, OH, OW] when y_plain; ya is a, or a graph
     output's own array) = conv of x (blocked, in a at x0) with the packed weights and bias
-    at p0 (pack). Work items: (image, group, pair of
-    output blocks, chunk of pixels)."""
+    at p0 (pack). 2-D (and 1-D) convs come with D = OD = KD = 1: a 3-D conv is the sum over
+    its depth taps of 2-D convs of input planes. Work items: (image, group, pair of output
+    blocks, output plane, chunk of pixels)."""
     V = nlanes(L)
     P = OH * OW
     CB = CBg * groups
     OCB = OCBg * groups
-    T = KH * KW
+    T = KD * KH * KW
     pairs = (OCBg + 1) // 2
     chunks = (P + chunk - 1) // chunk
     bias0 = p0 + OCB * CBg * T * V * V
     z0 = bias0 + OCB * V
-    for it in prange(N * groups * pairs * chunks):
+    for it in prange(N * groups * pairs * OD * chunks):
         V = nlanes(L)          # again inside the loop body: numba outlines it, and V must stay a constant
-        ch, pr, g, n = _item(it, chunks, pairs, groups)
+        ch, pr, g, n = _item(it, OD * chunks, pairs, groups)
+        od = ch // chunks
+        ch -= od * chunks
         ob0 = g * OCBg + 2 * pr
         two = 2 * pr + 1 < OCBg
         ob1 = ob0 + 1 if two else ob0
@@ -360,26 +365,28 @@ def conv(a, x0, p0, ya, y0, y_plain, K, N, H, Wi, OH, OW, KH, KW, sh, sw, ph, pw
             inside = _tile_inside(live, org[0], org[1], org[10], org[11], H, Wi, KH, KW, dh, dw, OW, sw, pw)
             acc = _zeros12(L)
             for ib in range(CBg):
-                xb = x0 + (n * CB + g * CBg + ib) * H * Wi * V
                 wb0 = p0 + (ob0 * CBg + ib) * T * V * V
                 wb1 = p0 + (ob1 * CBg + ib) * T * V * V
-                for i in range(KH):
-                    for j in range(KW):
-                        o0, o1, o2, o3, o4, o5 = _offsets(inside, xb, org, i * dh, j * dw, H, Wi, V, sw, z0, live)
-                        wt = (i * KW + j) * V * V
-                        for ci in range(V):
-                            acc = _fma_6x2(a, o0 + ci, o1 + ci, o2 + ci, o3 + ci, o4 + ci, o5 + ci,
-                                           vload(a, wb0 + wt + ci * V, L), vload(a, wb1 + wt + ci * V, L), acc, L)
-            _put_tile(ya, y0, y_plain, n, ob0, ob1, two, q0, live, K, P, OCB, vload(a, bias0 + ob0 * V, L),
-                      vload(a, bias0 + ob1 * V, L), acc, L)
+                for kd in range(KD):
+                    idp = od * sd - pd + kd * dd
+                    if idp < 0 or idp >= D:        # a plane of padding adds nothing
+                        continue
+                    xb = x0 + ((n * CB + g * CBg + ib) * D + idp) * H * Wi * V
+                    for i in range(KH):
+                        for j in range(KW):
+                            o0, o1, o2, o3, o4, o5 = _offsets(inside, xb, org, i * dh, j * dw, H, Wi, V, sw, z0, live)
+                            wt = ((kd * KH + i) * KW + j) * V * V
+                            for ci in range(V):
+                                acc = _fma_6x2(a, o0 + ci, o1 + ci, o2 + ci, o3 + ci, o4 + ci, o5 + ci,
+                                               vload(a, wb0 + wt + ci * V, L), vload(a, wb1 + wt + ci * V, L), acc, L)
+            _put_tile(ya, y0, y_plain, n, ob0, ob1, two, od * P + q0, live, K, OD * P, OCB,
+                      vload(a, bias0 + ob0 * V, L), vload(a, bias0 + ob1 * V, L), acc, L)
 
 
 # --- few input channels: x read plain ---------------------------------------------------
 def plain_in_eligible(g, lanes: int):
     """None when conv_plain_in can run the conv (one group; x is read in place, so no
     channel padding: for first layers with 1 to a few input channels), else why not."""
-    if g.spatial_rank > 2:
-        return f"{g.spatial_rank}-D"
     if g.groups != 1:
         return f"groups {g.groups}"
     return None
@@ -393,6 +400,7 @@ def plain_in_packed_floats(g, lanes: int) -> int:
 
 @parallel_kernel
 def pack_plain_in(w, b, a, p0, L):
+    """w [K, C, KH, KW] (a 3-D kernel as [K, C, KD*KH, KW]) and b into a[p0:]."""
     V = nlanes(L)
     K, C, KH, KW = w.shape
     OCB = (K + V - 1) // V
@@ -412,21 +420,24 @@ def pack_plain_in(w, b, a, p0, L):
 
 
 @parallel_kernel
-def conv_plain_in(a, x0, p0, ya, y0, y_plain, K, N, C, H, Wi, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw, chunk, L):
-    """As conv, but x is plain [N, C, H, W] and read in place: per input channel and tap,
+def conv_plain_in(a, x0, p0, ya, y0, y_plain, K, N, C, D, H, Wi, OD, OH, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw,
+                  dd, dh, dw, chunk, L):
+    """As conv, but x is plain [N, C, D, H, W] and read in place: per input channel and tap,
     6 broadcasts of x and 2 weight vectors for 12 FMAs (no V-wide channel loop, so a
     1-channel input wastes nothing)."""
     V = nlanes(L)
     P = OH * OW
     OCB = (K + V - 1) // V
-    T = KH * KW
+    T = KD * KH * KW
     pairs = (OCB + 1) // 2
     chunks = (P + chunk - 1) // chunk
     bias0 = p0 + OCB * C * T * V
     z0 = bias0 + OCB * V
-    for it in prange(N * pairs * chunks):
+    for it in prange(N * pairs * OD * chunks):
         V = nlanes(L)
-        ch, pr, _, n = _item(it, chunks, pairs, 1)
+        ch, pr, _, n = _item(it, OD * chunks, pairs, 1)
+        od = ch // chunks
+        ch -= od * chunks
         ob0 = 2 * pr
         two = ob0 + 1 < OCB
         ob1 = ob0 + 1 if two else ob0
@@ -439,39 +450,40 @@ def conv_plain_in(a, x0, p0, ya, y0, y_plain, K, N, C, H, Wi, OH, OW, KH, KW, sh
             inside = _tile_inside(live, org[0], org[1], org[10], org[11], H, Wi, KH, KW, dh, dw, OW, sw, pw)
             acc = _zeros12(L)
             for c in range(C):
-                xb = x0 + (n * C + c) * H * Wi
                 wb0 = p0 + (ob0 * C + c) * T * V
                 wb1 = p0 + (ob1 * C + c) * T * V
-                for i in range(KH):
-                    # one tap per FMA step here: inside x, the pixels' offsets step along the kernel row
-                    o0, o1, o2, o3, o4, o5 = _offsets(inside, xb, org, i * dh, 0, H, Wi, 1, sw, z0, live)
-                    for j in range(KW):
-                        if not inside:
-                            o0, o1, o2, o3, o4, o5 = _offsets(False, xb, org, i * dh, j * dw, H, Wi, 1, sw, z0, live)
-                        wt = (i * KW + j) * V
-                        acc = _fma_6x2(a, o0, o1, o2, o3, o4, o5, vload(a, wb0 + wt, L), vload(a, wb1 + wt, L), acc, L)
-                        o0, o1, o2, o3, o4, o5 = o0 + dw, o1 + dw, o2 + dw, o3 + dw, o4 + dw, o5 + dw
-            _put_tile(ya, y0, y_plain, n, ob0, ob1, two, q0, live, K, P, OCB, vload(a, bias0 + ob0 * V, L),
-                      vload(a, bias0 + ob1 * V, L), acc, L)
+                for kd in range(KD):
+                    idp = od * sd - pd + kd * dd
+                    if idp < 0 or idp >= D:
+                        continue
+                    xb = x0 + ((n * C + c) * D + idp) * H * Wi
+                    for i in range(KH):
+                        # one tap per FMA step here: inside x, the pixels' offsets step along the kernel row
+                        o0, o1, o2, o3, o4, o5 = _offsets(inside, xb, org, i * dh, 0, H, Wi, 1, sw, z0, live)
+                        for j in range(KW):
+                            if not inside:
+                                o0, o1, o2, o3, o4, o5 = _offsets(False, xb, org, i * dh, j * dw, H, Wi, 1, sw, z0, live)
+                            wt = ((kd * KH + i) * KW + j) * V
+                            acc = _fma_6x2(a, o0, o1, o2, o3, o4, o5, vload(a, wb0 + wt, L), vload(a, wb1 + wt, L),
+                                           acc, L)
+                            o0, o1, o2, o3, o4, o5 = o0 + dw, o1 + dw, o2 + dw, o3 + dw, o4 + dw, o5 + dw
+            _put_tile(ya, y0, y_plain, n, ob0, ob1, two, od * P + q0, live, K, OD * P, OCB,
+                      vload(a, bias0 + ob0 * V, L), vload(a, bias0 + ob1 * V, L), acc, L)
 
 
 # --- one block of channels at a time: pooling, depthwise -------------------------------------
-def pool_eligible(g):
-    """None when the blocked pool can run a pool geometry, else why not."""
-    if len(g.kernel) > 2:
-        return f"{len(g.kernel)}-D"
-    return None
-
-
 def pool_items(g, lanes: int, threads: int) -> int:
     """Pixels per work item of pool / depthwise: items are (image, channel block, chunk)."""
     return chunk_pixels(g, g.x_shape[0] * -(-g.x_shape[1] // lanes), threads)
 
 @inlined
-def _pool_pixel(a, xb, ih0, iw0, H, Wi, KH, KW, dh, dw, eh, ew, is_max, count_include_pad, L):
-    """One output pixel's window (origin ih0, iw0) over V channels of the blocked plane at
-    xb: the max with PyTorch's rule (a NaN wins; vmax), or the mean as PyTorch divides it
-    (the window clipped to the padded input when count_include_pad, else to the input)."""
+def _pool_pixel(a, xb, ih0, iw0, win, L):
+    """One output pixel's window (origin ih0, iw0) over V channels of the blocked planes at
+    xb, xb + dstep, ... (`planes` of them inside x, `pad_planes` inside the padded input: 1
+    and 1 in 2-D): the max with PyTorch's rule (a NaN wins; vmax), or the mean as PyTorch
+    divides it (the window clipped to the padded input when count_include_pad, else to the
+    input). win: the window's constants, as pool packs them."""
+    H, Wi, KH, KW, dh, dw, eh, ew, is_max, count_include_pad, planes, dstep, pad_planes = win
     V = nlanes(L)
     if dh == 1 and dw == 1:                       # no integer division (tens of cycles each)
         i_lo, i_hi = max(0, -ih0), min(KH, H - ih0)
@@ -482,53 +494,63 @@ def _pool_pixel(a, xb, ih0, iw0, H, Wi, KH, KW, dh, dw, eh, ew, is_max, count_in
         j_lo = max(0, (-iw0 + dw - 1) // dw)
         j_hi = min(KW, (Wi - iw0 + dw - 1) // dw)
     acc = vsplat(-np.inf, L) if is_max else vzero(L)
-    for i in range(i_lo, i_hi):
-        row = xb + ((ih0 + i * dh) * Wi + iw0) * V
-        for j in range(j_lo, j_hi):
-            v = vload(a, row + j * dw * V, L)
-            acc = vmax(v, acc) if is_max else vadd(acc, v)
+    for pl in range(planes):
+        for i in range(i_lo, i_hi):
+            row = xb + pl * dstep + ((ih0 + i * dh) * Wi + iw0) * V
+            for j in range(j_lo, j_hi):
+                v = vload(a, row + j * dw * V, L)
+                acc = vmax(v, acc) if is_max else vadd(acc, v)
     if is_max:
         return acc
     if count_include_pad:
-        count = (min(ih0 + KH, H + eh) - ih0) * (min(iw0 + KW, Wi + ew) - iw0)
+        count = pad_planes * (min(ih0 + KH, H + eh) - ih0) * (min(iw0 + KW, Wi + ew) - iw0)
     else:
-        count = max(0, i_hi - i_lo) * max(0, j_hi - j_lo)
+        count = planes * max(0, i_hi - i_lo) * max(0, j_hi - j_lo)
     return vmul(acc, vsplat(np.float32(1.0) / np.float32(count), L))
 
 
 @parallel_kernel
-def pool(a, x0, ya, y0, y_plain, C, N, H, Wi, OH, OW, KH, KW, sh, sw, ph, pw, eh, ew, dh, dw, is_max,
-         count_include_pad, chunk, L):
-    """2-D max or average pooling of blocked x (at x0) into y (at y0: blocked, or plain
-    [N, C, OH, OW] when y_plain): one vector of V channels per window tap, 6 pixels a tile.
-    Work items: (image, channel block, chunk of pixels)."""
+def pool(a, x0, ya, y0, y_plain, C, N, D, H, Wi, OD, OH, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, ed, eh, ew, dd, dh, dw,
+         is_max, count_include_pad, chunk, L):
+    """2-D (D = OD = KD = 1) or 3-D max or average pooling of blocked x (at x0) into y (at
+    y0: blocked, or plain [N, C, OD, OH, OW] when y_plain): one vector of V channels per
+    window tap, 6 pixels a tile. Work items: (image, channel block, output plane, chunk of
+    pixels)."""
     V = nlanes(L)
     P = OH * OW
     CB = (C + V - 1) // V
     chunks = (P + chunk - 1) // chunk
-    for it in prange(N * CB * chunks):
+    for it in prange(N * CB * OD * chunks):
         V = nlanes(L)
-        ch, cb, _, n = _item(it, chunks, CB, 1)
-        xb = x0 + (n * CB + cb) * H * Wi * V
+        ch, cb, _, n = _item(it, OD * chunks, CB, 1)
+        od = ch // chunks
+        ch -= od * chunks
+        # the output plane's window in depth: planes id0 + kd * dd, kd in [kd_lo, kd_hi) inside x
+        id0 = od * sd - pd
+        kd_lo = max(0, (-id0 + dd - 1) // dd)
+        kd_hi = min(KD, (D - id0 + dd - 1) // dd)
+        planes = max(0, kd_hi - kd_lo)
+        pad_planes = min(id0 + KD, D + ed) - id0
+        dstep = dd * H * Wi * V
+        xb = x0 + ((n * CB + cb) * D + id0 + kd_lo * dd) * H * Wi * V
+        win = (H, Wi, KH, KW, dh, dw, eh, ew, is_max, count_include_pad, planes, dstep, pad_planes)
         p_end, oh, ow = _chunk(ch, chunk, P, OW)
         for q0 in range(ch * chunk, p_end, TP):
             live = min(TP, p_end - q0)
             org = _origins(oh, ow, live, OW, sh, sw, ph, pw)
             oh, ow = org[12], org[13]
-            r0 = _pool_pixel(a, xb, org[0], org[1], H, Wi, KH, KW, dh, dw, eh, ew, is_max, count_include_pad, L)
-            r1 = _pool_pixel(a, xb, org[2], org[3], H, Wi, KH, KW, dh, dw, eh, ew, is_max, count_include_pad, L)
-            r2 = _pool_pixel(a, xb, org[4], org[5], H, Wi, KH, KW, dh, dw, eh, ew, is_max, count_include_pad, L)
-            r3 = _pool_pixel(a, xb, org[6], org[7], H, Wi, KH, KW, dh, dw, eh, ew, is_max, count_include_pad, L)
-            r4 = _pool_pixel(a, xb, org[8], org[9], H, Wi, KH, KW, dh, dw, eh, ew, is_max, count_include_pad, L)
-            r5 = _pool_pixel(a, xb, org[10], org[11], H, Wi, KH, KW, dh, dw, eh, ew, is_max, count_include_pad, L)
-            _put_block(ya, y0, y_plain, n, cb, CB, C, P, q0, live, r0, r1, r2, r3, r4, r5, L)
+            r0 = _pool_pixel(a, xb, org[0], org[1], win, L)
+            r1 = _pool_pixel(a, xb, org[2], org[3], win, L)
+            r2 = _pool_pixel(a, xb, org[4], org[5], win, L)
+            r3 = _pool_pixel(a, xb, org[6], org[7], win, L)
+            r4 = _pool_pixel(a, xb, org[8], org[9], win, L)
+            r5 = _pool_pixel(a, xb, org[10], org[11], win, L)
+            _put_block(ya, y0, y_plain, n, cb, CB, C, OD * P, od * P + q0, live, r0, r1, r2, r3, r4, r5, L)
 
 
 def depthwise_eligible(g):
     """None when nchwc_depthwise can run the conv (one input and one output channel per
     group), else why not."""
-    if g.spatial_rank > 2:
-        return f"{g.spatial_rank}-D"
     if not (g.groups == g.x_shape[1] == g.y_shape[1]):
         return "not one input and one output channel per group"
     return None
@@ -542,6 +564,7 @@ def depthwise_packed_floats(g, lanes: int) -> int:
 
 @parallel_kernel
 def pack_depthwise(w, b, a, p0, L):
+    """w [C, 1, KH, KW] (a 3-D kernel as [C, 1, KD*KH, KW]) and b into a[p0:]."""
     V = nlanes(L)
     C, _, KH, KW = w.shape
     CB = (C + V - 1) // V
@@ -559,20 +582,23 @@ def pack_depthwise(w, b, a, p0, L):
 
 
 @parallel_kernel
-def depthwise(a, x0, p0, ya, y0, y_plain, C, N, H, Wi, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw, chunk, L):
+def depthwise(a, x0, p0, ya, y0, y_plain, C, N, D, H, Wi, OD, OH, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw,
+              chunk, L):
     """Depthwise conv on blocked x: per tap one weight vector (V channels) and a vector of x
-    per pixel, 6 pixels a tile. Work items: (image, channel block, chunk of pixels)."""
+    per pixel, 6 pixels a tile (3-D: per depth tap inside x, as conv). Work items: (image,
+    channel block, output plane, chunk of pixels)."""
     V = nlanes(L)
     P = OH * OW
     CB = (C + V - 1) // V
-    T = KH * KW
+    T = KD * KH * KW
     chunks = (P + chunk - 1) // chunk
     bias0 = p0 + CB * T * V
     z0 = bias0 + CB * V
-    for it in prange(N * CB * chunks):
+    for it in prange(N * CB * OD * chunks):
         V = nlanes(L)
-        ch, cb, _, n = _item(it, chunks, CB, 1)
-        xb = x0 + (n * CB + cb) * H * Wi * V
+        ch, cb, _, n = _item(it, OD * chunks, CB, 1)
+        od = ch // chunks
+        ch -= od * chunks
         wb = p0 + cb * T * V
         bias = vload(a, bias0 + cb * V, L)
         p_end, oh, ow = _chunk(ch, chunk, P, OW)
@@ -583,17 +609,22 @@ def depthwise(a, x0, p0, ya, y0, y_plain, C, N, H, Wi, OH, OW, KH, KW, sh, sw, p
             org = org[:12]
             inside = _tile_inside(live, org[0], org[1], org[10], org[11], H, Wi, KH, KW, dh, dw, OW, sw, pw)
             r0, r1, r2, r3, r4, r5 = bias, bias, bias, bias, bias, bias
-            for i in range(KH):
-                for j in range(KW):
-                    o0, o1, o2, o3, o4, o5 = _offsets(inside, xb, org, i * dh, j * dw, H, Wi, V, sw, z0, live)
-                    w = vload(a, wb + (i * KW + j) * V, L)
-                    r0 = vfma(vload(a, o0, L), w, r0)
-                    r1 = vfma(vload(a, o1, L), w, r1)
-                    r2 = vfma(vload(a, o2, L), w, r2)
-                    r3 = vfma(vload(a, o3, L), w, r3)
-                    r4 = vfma(vload(a, o4, L), w, r4)
-                    r5 = vfma(vload(a, o5, L), w, r5)
-            _put_block(ya, y0, y_plain, n, cb, CB, C, P, q0, live, r0, r1, r2, r3, r4, r5, L)
+            for kd in range(KD):
+                idp = od * sd - pd + kd * dd
+                if idp < 0 or idp >= D:
+                    continue
+                xb = x0 + ((n * CB + cb) * D + idp) * H * Wi * V
+                for i in range(KH):
+                    for j in range(KW):
+                        o0, o1, o2, o3, o4, o5 = _offsets(inside, xb, org, i * dh, j * dw, H, Wi, V, sw, z0, live)
+                        w = vload(a, wb + ((kd * KH + i) * KW + j) * V, L)
+                        r0 = vfma(vload(a, o0, L), w, r0)
+                        r1 = vfma(vload(a, o1, L), w, r1)
+                        r2 = vfma(vload(a, o2, L), w, r2)
+                        r3 = vfma(vload(a, o3, L), w, r3)
+                        r4 = vfma(vload(a, o4, L), w, r4)
+                        r5 = vfma(vload(a, o5, L), w, r5)
+            _put_block(ya, y0, y_plain, n, cb, CB, C, OD * P, od * P + q0, live, r0, r1, r2, r3, r4, r5, L)
 
 
 @parallel_kernel

@@ -59,14 +59,14 @@ def compile_conv(node: Node, ctx: LowerCtx) -> R.Record:
 def compile_conv3d(node: Node, ctx: LowerCtx) -> R.Record:
     x, w = node.inputs[0], node.inputs[1]
     g = _conv_geometry(node, ctx, x, node.output, ctx.shape(w)[2:])
-    return R.Conv3d(node.name, g, x=x, w=w, b=_bias_id(node), y=node.output)
+    return R.Conv3d(node.name, g, x=x, w=w, b=_bias_id(node), y=node.output, weight_const=ctx.is_param(w))
 
 
 def _compile_conv_transpose(record_type):
     def rule(node: Node, ctx: LowerCtx) -> R.Record:
         x, w = node.inputs[0], node.inputs[1]
         g = _conv_geometry(node, ctx, x, node.output, ctx.shape(w)[2:])
-        return record_type(node.name, g, x=x, w=w, b=_bias_id(node), y=node.output)
+        return record_type(node.name, g, x=x, w=w, b=_bias_id(node), y=node.output, weight_const=ctx.is_param(w))
     return rule
 
 

@@ -44,11 +44,12 @@ class ConvRecord(Record):
     w: int
     b: int
     y: int
+    weight_const: bool   # the weight is a param: data derived from it is computed once per arena
 
 
 @dataclass(frozen=True, slots=True)
 class Conv2D(ConvRecord):
-    weight_const: bool   # the weight is a param: data derived from it is computed once per arena
+    pass
 
 
 @dataclass(frozen=True, slots=True)
