@@ -224,6 +224,8 @@ CASES: Tuple[Case, ...] = (
                     tags=(F,)),
     backward_weight(3, 64, (9, 9), 64, (3, 3), padding=1, tags=(F,)),
     backward_weight(1, 4, (7, 7), 4, (3, 3), padding=1, groups=4, tags=(F,)),
+    backward_weight(2, 13, (10, 9), 11, (2, 3), stride=3, padding=((0, 1), (2, 0)), dilation=(1, 2), tags=(F,)),
+    backward_weight(2, 32, (7, 6), 32, (3, 3), padding=1, groups=2, tags=(F,)),     # groups of whole blocks at 8 lanes
     pool("max", (3, 5, 12, 11), 3, stride=2, padding=1, ceil_mode=True, tags=(F,)),
     pool("max", (1, 2, 9, 8), 3, stride=1, padding=1, dilation=2, tags=(F,)),
     pool("avg", (3, 5, 12, 11), 3, stride=2, padding=1, ceil_mode=True, count_include_pad=False, tags=(F,)),

@@ -453,3 +453,25 @@ def test_a_resize_between_blocked_convs_stays_blocked():
     alone = rx.Graph()
     alone.output("y", alone.resize_nearest2x(alone.input("x", (2, c, 5, 6))))
     assert [t.algo for t in rx.compile(alone).thunks] == ["parallel"]
+
+
+WEIGHT_GRAD_CASES = [c for c in cases("fast") + cases("reference") if c.op == "conv2d_backward_weight"]
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("case", WEIGHT_GRAD_CASES, ids=lambda c: c.id)
+def test_nchwc_wgrad_matches_reference_at_every_width(case, width):
+    """The weight gradient on blocked x and dy: any stride, padding, dilation; groups of
+    whole blocks, else it says why not and keeps im2col."""
+    ref, _, _, _ = run_case(case, REFERENCE, seed=57)
+    out, exe, _, _ = run_case(case, rx.Config(conv_algo="nchwc_wgrad", simd_width=width), seed=57)
+    th = main_thunk(exe)
+    (_, x), (_, dy) = case.inputs
+    groups = case.kw["groups"]
+    if groups == 1 or ((x[1] // groups) % width == 0 and (dy[1] // groups) % width == 0):
+        assert (th.algo, th.tiling.lanes) == ("nchwc_wgrad", width), exe.explain()
+        assert dict(th.layouts) == {"x": blocked(width), "dy": blocked(width)}
+        assert len(exe.thunks) == 1          # both inputs copied in blocked: no reorder thunk
+    else:
+        assert th.algo == "im2col" and "nchwc_wgrad not eligible" in th.why
+    assert_close(out, ref, TOL, f"{th.algo} {width} {case.id}")

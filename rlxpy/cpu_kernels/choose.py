@@ -21,7 +21,7 @@ from .conv2d import winograd_filter_floats, winograd_slot_floats
 from .conv3d import im2col_slot_floats
 from .conv_transpose import col2im_slot_floats
 from ..thunks.layout import blocked, lanes_of
-from . import direct_simd, nchwc, simd, winograd_f4
+from . import direct_simd, nchwc, nchwc_wgrad, simd, winograd_f4
 
 CHOOSE: Dict[Type[R.Record], Callable[[R.Record, ChoiceContext], Choice]] = {}
 chooser = registrar(CHOOSE, "CPU chooser")   # @chooser(RecordType)
@@ -187,6 +187,11 @@ FORCED = {
     (R.Conv2dBackwardInput, "naive"): lambda rec, ctx: Choice("naive", f"{_WHY}=naive: reference kernel"),
     (R.Conv2dBackwardWeight, "naive"): lambda rec, ctx: Choice("naive", f"{_WHY}=naive: reference kernel"),
     (R.Conv2D, "im2col"): lambda rec, ctx: im2col_choice(rec.geometry, ctx, f"{_WHY}=im2col"),
+    (R.Conv2dBackwardWeight, "im2col"): lambda rec, ctx: im2col_weight_grad_choice(rec.geometry, ctx,
+                                                                                   f"{_WHY}=im2col"),
+    (R.Conv2dBackwardWeight, "nchwc_wgrad"): _forced(lambda rec, ctx: wgrad_choice(rec.geometry, ctx,
+                                                                                   f"{_WHY}=nchwc_wgrad"),
+                                                     lambda rec, ctx: nchwc_wgrad.eligible(rec.geometry, _lanes(ctx))),
     (R.Conv3d, "im2col"): lambda rec, ctx: im2col_choice(rec.geometry, ctx, f"{_WHY}=im2col"),
     (R.Conv2D, "winograd"): _forced(_forced_winograd, _of_geometry(lambda g: winograd_reason(g))),   # defined below
     (R.Conv2D, "direct"): _forced(_forced_direct, _of_geometry(lambda g: direct_reason(g))),
@@ -437,14 +442,40 @@ def choose_conv2d_backward_input(rec, ctx: ChoiceContext) -> Choice:
     return vec if vec is not None else col2im_choice("conv2d_backward_input", rec.geometry, ctx, transposed_in=False)
 
 
+def wgrad_choice(g: ConvGeometry, ctx: ChoiceContext, why: str) -> Choice:
+    lanes = _lanes(ctx)
+    return _capped(Choice("nchwc_wgrad", f"{why} (x, dy NCHW{lanes}c: 6 input channels x 2 blocks of {lanes} output "
+                                         f"channels a tile, one tap a work item)",
+                          4 * nchwc_wgrad.scratch_floats(g, lanes), 0, Tiling(lanes=lanes),
+                          (("x", blocked(lanes)), ("dy", blocked(lanes)))))
+
+
+def wgrad_default_reason(g: ConvGeometry, lanes: int) -> Optional[str]:
+    """None when the default rule takes nchwc_wgrad, else why not."""
+    if lanes == 1:
+        return "RLX_SIMD_WIDTH=1"
+    why = nchwc_wgrad.eligible(g, lanes)
+    if why is not None:
+        return f"no vector kernel: {why}"
+    if nchwc_wgrad.waste(g, lanes) > NCHWC_MAX_WASTE:
+        return f"{g.cin_g} -> {g.cout_g} channels would be {nchwc_wgrad.waste(g, lanes):.1f}x padded"
+    return None
+
+
 @chooser(R.Conv2dBackwardWeight)
 def choose_conv2d_backward_weight(rec, ctx: ChoiceContext) -> Choice:
     if not ctx.config.fast_conv:
         return reference("conv2d_backward_weight", ctx.config)
     g = rec.geometry
+    why = wgrad_default_reason(g, _lanes(ctx))
+    if why is None:
+        return wgrad_choice(g, ctx, "vector weight gradient")
+    return im2col_weight_grad_choice(g, ctx, f"im2col + GEMM accumulated per worker ({why})")
+
+
+def im2col_weight_grad_choice(g: ConvGeometry, ctx: ChoiceContext, why: str) -> Choice:
     tile = _row_tiles(g.y_shape[2], g.y_shape[3], g.cin_g * g.taps, g.x_shape[0] * g.groups, ctx.threads)
-    return _capped(Choice("im2col", "im2col + GEMM accumulated per worker",
-                          ctx.threads * 4 * weight_grad_slot_floats(g, tile), 0, Tiling(tile)))
+    return _capped(Choice("im2col", why, ctx.threads * 4 * weight_grad_slot_floats(g, tile), 0, Tiling(tile)))
 
 
 def nchwc_pool_choice(rec, ctx: ChoiceContext) -> Choice:

@@ -16,7 +16,8 @@ from ..thunks import records as R
 from ..thunks.arena import view
 from ..thunks.layout import PLAIN, lanes_of
 from ..thunks.records import ABSENT, Thunk
-from . import backward, conv2d, conv3d, conv_transpose, direct_simd, im2col, nchwc, pool, resize, simd, winograd_f4
+from . import (backward, conv2d, conv3d, conv_transpose, direct_simd, im2col, nchwc, nchwc_wgrad, pool, resize, simd,
+               winograd_f4)
 
 EXEC: Dict[Tuple[Type[R.Record], str], Callable[[Thunk, np.ndarray], None]] = {}
 runs = registrar(EXEC, "CPU kernel")            # @runs(RecordType, algo)
@@ -422,6 +423,7 @@ OUTPUT_ARG = {
     (R.Conv2dBackwardInput, "winograd_f4"): _y_at(3), (R.ConvTranspose2d, "winograd_f4"): _y_at(3),
     (R.Conv2dBackwardInput, "nchwc_direct"): _y_at(3), (R.ConvTranspose2d, "nchwc_direct"): _y_at(3),
     (R.ConvTranspose3d, "nchwc_direct"): _y_at(3),
+    (R.Conv2dBackwardWeight, "nchwc_wgrad"): _y_at(4),
 }
 
 
@@ -493,6 +495,16 @@ def conv2d_backward_weight_im2col(t, arena):
         at(t, arena, "x", g.x_shape), at(t, arena, "dy", g.y_shape),
         at(t, arena, "dw", (g.y_shape[1], g.cin_g) + tuple(g.kernel)), *g.stride, *g.pad_begin, *g.dilation,
         g.groups, scratch_of(t, arena), slot_floats(t, _threads()), t.tiling.tile)
+
+
+@runs(R.Conv2dBackwardWeight, "nchwc_wgrad")
+def conv2d_backward_weight_nchwc(t, arena):
+    g = t.record.geometry
+    lanes = t.tiling.lanes
+    (c, h, wi), (k, oh, ow) = g.x_shape[1:], g.y_shape[1:]
+    return nchwc_wgrad.wgrad, (arena, t.off("x") // 4, t.off("dy") // 4, t.scratch_off // 4, arena, t.off("dw") // 4,
+                               g.x_shape[0], c, h, wi, k, oh, ow, *g.kernel, *g.stride, *g.pad_begin, *g.dilation,
+                               g.groups, *nchwc.group_blocks(g, lanes), simd.lanes(lanes))
 
 
 @runs(R.Pool2D, "parallel")
