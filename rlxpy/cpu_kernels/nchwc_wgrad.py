@@ -52,6 +52,25 @@ def _channel_offset(c, Cg, g, HWV, V):
     return (gc // V) * HWV + gc % V
 
 
+@inlined
+def _tile_offsets(c0, Cg, g, HWV, V):
+    """_channel_offset of the tile's 6 channels c0 .. c0 + 5."""
+    return (_channel_offset(c0, Cg, g, HWV, V), _channel_offset(c0 + 1, Cg, g, HWV, V),
+            _channel_offset(c0 + 2, Cg, g, HWV, V), _channel_offset(c0 + 3, Cg, g, HWV, V),
+            _channel_offset(c0 + 4, Cg, g, HWV, V), _channel_offset(c0 + 5, Cg, g, HWV, V))
+
+
+@inlined
+def _store6(a, row, step, r0, r1, r2, r3, r4, r5):
+    """6 vectors to a[row], a[row + step], ... (one output block's sums for 6 channels)."""
+    vstore(a, row, r0)
+    vstore(a, row + step, r1)
+    vstore(a, row + 2 * step, r2)
+    vstore(a, row + 3 * step, r3)
+    vstore(a, row + 4 * step, r4)
+    vstore(a, row + 5 * step, r5)
+
+
 @parallel_kernel
 def wgrad(a, x0, dy0, s0, ya, y0, N, C, H, Wi, K, OH, OW, KH, KW, sh, sw, ph, pw, dh, dwl, groups, CBg, OCBg, L):
     """dw (plain [K, C/groups, KH, KW] in ya at y0) from blocked x (a at x0) and blocked dy
@@ -80,12 +99,7 @@ def wgrad(a, x0, dy0, s0, ya, y0, N, C, H, Wi, K, OH, OW, KH, KW, sh, sw, ph, pw
         two = 2 * pr + 1 < OCBg
         ob1 = ob0 + 1 if two else ob0
         c0 = ct * TC
-        f0 = _channel_offset(c0, Cg, g, HWV, V)
-        f1 = _channel_offset(c0 + 1, Cg, g, HWV, V)
-        f2 = _channel_offset(c0 + 2, Cg, g, HWV, V)
-        f3 = _channel_offset(c0 + 3, Cg, g, HWV, V)
-        f4 = _channel_offset(c0 + 4, Cg, g, HWV, V)
-        f5 = _channel_offset(c0 + 5, Cg, g, HWV, V)
+        f0, f1, f2, f3, f4, f5 = _tile_offsets(c0, Cg, g, HWV, V)
         # the output columns whose tap j lands inside x: no test in the pixel loop
         ow_lo = max(0, (pw - j * dwl + sw - 1) // sw)
         ow_hi = min(OW, (Wi - 1 + pw - j * dwl) // sw + 1)
@@ -109,19 +123,9 @@ def wgrad(a, x0, dy0, s0, ya, y0, N, C, H, Wi, K, OH, OW, KH, KW, sh, sw, ph, pw
         row0 = s0 + ((ob0 * CT * TC + c0) * T + t) * V        # channel c0's slot, output block ob0
         row1 = s0 + ((ob1 * CT * TC + c0) * T + t) * V
         step = T * V                                           # the next channel's
-        vstore(a, row0, a00)
-        vstore(a, row0 + step, a10)
-        vstore(a, row0 + 2 * step, a20)
-        vstore(a, row0 + 3 * step, a30)
-        vstore(a, row0 + 4 * step, a40)
-        vstore(a, row0 + 5 * step, a50)
+        _store6(a, row0, step, a00, a10, a20, a30, a40, a50)
         if two:
-            vstore(a, row1, a01)
-            vstore(a, row1 + step, a11)
-            vstore(a, row1 + 2 * step, a21)
-            vstore(a, row1 + 3 * step, a31)
-            vstore(a, row1 + 4 * step, a41)
-            vstore(a, row1 + 5 * step, a51)
+            _store6(a, row1, step, a01, a11, a21, a31, a41, a51)
     for k in prange(K):
         V = nlanes(L)
         g = k // Kg
