@@ -475,3 +475,44 @@ def test_nchwc_wgrad_matches_reference_at_every_width(case, width):
     else:
         assert th.algo == "im2col" and "nchwc_wgrad not eligible" in th.why
     assert_close(out, ref, TOL, f"{th.algo} {width} {case.id}")
+
+
+SUBPIXEL_CASES = [c for c in cases("fast") + cases("reference")
+                  if c.op in ("conv_transpose2d", "conv_transpose3d", "conv2d_backward_input")]
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("case", SUBPIXEL_CASES, ids=lambda c: c.id)
+def test_nchwc_subpixel_matches_reference_at_every_width(case, width):
+    """Any stride (one stride-1 conv per output phase), output_padding, dilation (phases
+    with no taps: bias only), groups of whole blocks; else it says why not."""
+    ref, _, _, _ = run_case(case, REFERENCE, seed=58)
+    out, exe, _, _ = run_case(case, rx.Config(conv_algo="nchwc_subpixel", simd_width=width), seed=58)
+    th = main_thunk(exe)
+    groups, (_, w) = case.kw["groups"], case.params[0]
+    cout = case.kw["input_shape"][1] if case.op == "conv2d_backward_input" else w[1] * groups
+    if groups == 1 or ((w[0] // groups) % width == 0 and (cout // groups) % width == 0):
+        assert (th.algo, th.tiling.lanes) == ("nchwc_subpixel", width), exe.explain()
+    else:
+        assert th.algo == "col2im" and "nchwc_subpixel not eligible" in th.why
+    assert_close(out, ref, TOL, f"{th.algo} {width} {case.id}")
+
+
+@pytest.mark.parametrize("n_out, k, s, p, d", [(10, 4, 2, 1, 1), (9, 3, 3, 2, 2), (7, 2, 4, 0, 1), (12, 3, 2, 1, 2),
+                                               (5, 5, 3, 4, 1)])
+def test_subpixel_phases_cover_every_output_once_with_every_tap_once(n_out, k, s, p, d):
+    """Restated from the definition o = q*s - p + i*d: each output index is in exactly one
+    phase, and the (output, tap) pairs the phases cover are exactly those with a source q in
+    range (q may be any integer here: the sub-convs' padding handles x's ends)."""
+    from rlxpy.cpu_kernels.subpixel import axis_phases
+    seen = {}
+    for ph in axis_phases(n_out, k, s, p, d):
+        for u in range(ph.count):
+            o = ph.first + u * s
+            assert o not in seen
+            # forward sub-conv: output u reads x at u - pad + j * dilation with flipped tap f = taps[j]
+            seen[o] = {(k - 1 - f, u - ph.pad + j * ph.dilation) for j, f in enumerate(ph.taps)}
+    assert sorted(seen) == list(range(n_out))
+    for o, pairs in seen.items():
+        want = {(i, (o + p - i * d) // s) for i in range(k) if (o + p - i * d) % s == 0}
+        assert pairs == want, o

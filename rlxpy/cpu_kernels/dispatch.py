@@ -17,7 +17,7 @@ from ..thunks.arena import view
 from ..thunks.layout import PLAIN, lanes_of
 from ..thunks.records import ABSENT, Thunk
 from . import (backward, conv2d, conv3d, conv_transpose, direct_simd, im2col, nchwc, nchwc_wgrad, pool, resize, simd,
-               winograd_f4)
+               subpixel, winograd_f4)
 
 EXEC: Dict[Tuple[Type[R.Record], str], Callable[[Thunk, np.ndarray], None]] = {}
 runs = registrar(EXEC, "CPU kernel")            # @runs(RecordType, algo)
@@ -255,7 +255,7 @@ def conv_simd_direct(t, arena):
 def _as_4d(w):
     """A 3-D kernel [K, C, KD, KH, KW] as [K, C, KD*KH, KW] (the same bytes): the packers'
     taps run in the kernels' order (kd, kh, kw)."""
-    return w.reshape(w.shape[0], w.shape[1], -1, w.shape[-1])
+    return w.reshape(w.shape[0], w.shape[1], prod(w.shape[2:-1]), w.shape[-1])
 
 
 def _geometry_args(g3) -> tuple:
@@ -458,6 +458,57 @@ def transposed_nchwc_prepare(t, arena):
 def transposed_nchwc(t, arena):
     args, pack = _transposed_nchwc(t, arena)
     return with_weights(nchwc.conv, args, t, _pack_transposed, (pack,))
+
+
+def _subpixel(t, arena):
+    """(per phase: conv args, scatter args; pack args) of nchwc_subpixel."""
+    in_role, out_role = subpixel.roles(t.record)
+    lanes, threads = t.tiling.lanes, _threads()
+    g = t.record.geometry
+    src, dst = (g.y_shape, g.x_shape) if in_role == "dy" else (g.x_shape, g.y_shape)
+    w = at(t, arena, "w", (src[1], dst[1] // g.groups) + tuple(g.kernel))
+    out_sp = (1,) * (5 - len(dst)) + tuple(dst[2:])
+    calls, sizes, p0 = [], [], t.persistent_off // 4
+    phases = subpixel.phases(t.record)
+    for ph in phases:
+        g3 = ph.geometry.lifted(3)
+        cbg, ocbg = nchwc.group_blocks(g3, lanes)
+        conv = (arena, t.off(in_role) // 4, p0, arena, t.scratch_off // 4, False, g3.y_shape[1], g3.x_shape[0],
+                *_geometry_args(g3), g3.groups, cbg, ocbg, nchwc.items(g3, lanes, threads), simd.lanes(lanes))
+        lift = 3 - len(ph.first)
+        move = (arena, t.scratch_off // 4, t.off(out_role) // 4, g3.x_shape[0], ocbg * g3.groups, *g3.y_shape[2:],
+                *out_sp, *((0,) * lift + ph.first), *((1,) * lift + ph.step), simd.lanes(lanes))
+        calls.append((conv, move))
+        sizes.append(nchwc.packed_floats(g3, lanes))
+        p0 += sizes[-1]
+    cbg, ocbg = nchwc.group_blocks(phases[0].geometry, lanes)
+    packing = (w, bias_of(t, arena), arena, t.persistent_off // 4, g.groups, tuple(ph.taps for ph in phases),
+               tuple(sizes), cbg, ocbg, simd.lanes(lanes))
+    return calls, packing
+
+
+@prepares(R.ConvTranspose2d, "nchwc_subpixel")
+@prepares(R.ConvTranspose3d, "nchwc_subpixel")
+@prepares(R.Conv2dBackwardInput, "nchwc_subpixel")
+def subpixel_prepare(t, arena):
+    """Every phase's taps packed, once per arena."""
+    return subpixel.pack_phases, _subpixel(t, arena)[1]
+
+
+@runs(R.ConvTranspose2d, "nchwc_subpixel")
+@runs(R.ConvTranspose3d, "nchwc_subpixel")
+@runs(R.Conv2dBackwardInput, "nchwc_subpixel")
+def transposed_subpixel(t, arena):
+    calls, packing = _subpixel(t, arena)
+    every_run = packs_every_run(t)
+
+    def run():
+        if every_run:
+            subpixel.pack_phases(*packing)
+        for conv, move in calls:
+            nchwc.conv(*conv)
+            subpixel.scatter(*move)
+    return run, ()
 
 
 @runs(R.Reorder, "reorder")
