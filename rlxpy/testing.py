@@ -127,10 +127,12 @@ def pool(kind, shape, kernel, stride=None, padding=0, dilation=1, ceil_mode=Fals
                 frozenset(tags), label, label or name)
 
 
-def max_pool2d_backward(shape, dy_shape, kernel, stride=None, padding=0, tags=()):
-    name = f"max_pool2d_backward{_geometry_id(_axes(kernel, 2), stride or kernel, padding, 1, 1, 2)}-n{_fmt(shape)}"
+def max_pool2d_backward(shape, dy_shape, kernel, stride=None, padding=0, dilation=1, tags=()):
+    name = (f"max_pool2d_backward{_geometry_id(_axes(kernel, 2), stride or kernel, padding, dilation, 1, 2)}"
+            f"-n{_fmt(shape)}")
     return Case("max_pool2d_backward", (("x", tuple(shape)), ("dy", tuple(dy_shape))), (),
-                (("kernel_size", kernel), ("stride", stride), ("padding", padding)), frozenset(tags), None, name)
+                (("kernel_size", kernel), ("stride", stride), ("padding", padding), ("dilation", dilation)),
+                frozenset(tags), None, name)
 
 
 def im2col(shape, kernel, stride=1, padding=0, dilation=1, tags=()):
@@ -235,6 +237,8 @@ CASES: Tuple[Case, ...] = (
     pool("avg", (2, 10, 7, 6, 8), 3, stride=2, padding=1, ceil_mode=True, count_include_pad=False, tags=(F,)),
     pool("avg", (1, 9, 5, 6, 7), (2, 3, 3), stride=2, padding=(1, 1, 0), ceil_mode=True, tags=(F,)),
     max_pool2d_backward((3, 4, 9, 8), (3, 4, 5, 4), 3, stride=2, padding=1, tags=(F,)),
+    max_pool2d_backward((2, 11, 9, 8), (2, 11, 5, 3), 3, stride=2, padding=1, dilation=(1, 2), tags=(F,)),
+    max_pool2d_backward((1, 1, 7, 7), (1, 1, 6, 6), 2, stride=1, tags=(F,)),         # overlapping windows
     im2col((3, 5, 9, 9), (3, 2), stride=2, padding=((1, 0), (0, 2)), dilation=(2, 1), tags=(F,)),
     resize_nearest2x((3, 4, 5, 7), tags=(F,)),
     # the benchmark (bench/conv_suite.py), ResNet / MobileNet / MNIST / UNet-like layers

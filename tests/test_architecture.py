@@ -167,8 +167,11 @@ GUARD_CASES = {
                              {"x": (2, 3, 7, 8)}, {}),
     ("Pool3D", "parallel"): ({"conv_algo": "parallel"}, lambda g, v: g.pool(v["x"], "avg", 2, ceil_mode=True),
                              {"x": (2, 2, 3, 5, 4)}, {}),
-    ("MaxPool2dBackward", "parallel"): ({}, lambda g, v: g.max_pool2d_backward(v["x"], v["dy"], 2),
+    ("MaxPool2dBackward", "parallel"): ({"conv_algo": "parallel"}, lambda g, v: g.max_pool2d_backward(v["x"], v["dy"], 2),
                                        {"x": (2, 3, 6, 6), "dy": (2, 3, 3, 3)}, {}),
+    ("MaxPool2dBackward", "nchwc_pool_backward"): ({}, lambda g, v: g.max_pool2d_backward(v["x"], v["dy"], 3, stride=2,
+                                                                                         padding=1, dilation=(1, 2)),
+                                                  {"x": (2, 11, 9, 8), "dy": (2, 11, 5, 3)}, {}),
     ("Im2Col", "parallel"): ({}, lambda g, v: g.im2col(v["x"], 3, padding=1), {"x": (2, 3, 5, 4)}, {}),
     ("ResizeNearest2x", "parallel"): ({}, lambda g, v: g.resize_nearest2x(v["x"]), {"x": (2, 3, 4, 5)}, {}),
 }

@@ -224,7 +224,8 @@ def test_other_fast_kernels_match_reference(case):
     ref, _, _, _ = run_case(case, REFERENCE, seed=25)
     out, exe, _, _ = run_case(case, FAST, seed=25)
     vectors = simd.resolve_width(None) > 1
-    expected = "nchwc_pool" if case.op == "pool" and vectors else OTHER_ALGO[case.op]
+    expected = {"pool": "nchwc_pool", "max_pool2d_backward": "nchwc_pool_backward"}.get(case.op) if vectors else None
+    expected = expected or OTHER_ALGO[case.op]
     if case.op == "conv3d":
         expected = expected_conv3d_algo(case)
     if case.op == "conv2d_backward_weight" and _runs_as_vector_weight_grad(case):

@@ -516,3 +516,26 @@ def test_subpixel_phases_cover_every_output_once_with_every_tap_once(n_out, k, s
     for o, pairs in seen.items():
         want = {(i, (o + p - i * d) // s) for i in range(k) if (o + p - i * d) % s == 0}
         assert pairs == want, o
+
+
+POOL_BACKWARD_CASES = [c for c in cases("fast") + cases("reference") if c.op == "max_pool2d_backward"]
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("case", POOL_BACKWARD_CASES, ids=lambda c: c.id)
+def test_nchwc_pool_backward_picks_pytorchs_winner_at_every_width(case, width):
+    """x of small integers (ties in most windows: the first in scan order wins) and NaNs (a
+    NaN wins; among NaNs the last), dy with an inf: the same dx as the reference, exactly
+    (the same additions in the same order), inf and NaN in the same places."""
+    from rlxpy.testing import case_arrays, one_node_graph
+    inputs, _ = case_arrays(case, seed=59)
+    rng = np.random.default_rng(59)
+    inputs["x"] = rng.integers(0, 3, inputs["x"].shape).astype(np.float32)
+    inputs["x"].reshape(-1)[[0, 1, 5, 17, 40]] = np.nan
+    inputs["dy"].reshape(-1)[3] = np.inf
+    g = one_node_graph(case, inputs)
+    exe = rx.compile(g, rx.Config(simd_width=width, conv_algo="nchwc_pool_backward"))
+    out, ref = exe.run(inputs)["out"], rx.compile(g, REFERENCE).run(inputs)["out"]
+    assert (main_thunk(exe).algo, main_thunk(exe).tiling.lanes) == ("nchwc_pool_backward", width)
+    assert np.isinf(ref).any()
+    np.testing.assert_array_equal(out, ref)

@@ -7,8 +7,8 @@ import pytest
 
 import rlxpy as rx
 from rlxpy.cpu_kernels import simd
-from rlxpy.cpu_kernels.simd import (lanes, nlanes, vadd, vfma, vhsum, vlane, vload, vload_tail, vmax, vmin, vmul,
-                                    vsplat, vstore, vstore_tail, vzero)
+from rlxpy.cpu_kernels.simd import (lanes, nlanes, vadd, vfma, vhsum, vlane, vload, vload_tail, vmatch, vmax, vmin,
+                                    vmul, vselect, vsplat, vstore, vstore_tail, vzero)
 
 # Every width runs on every host: LLVM splits a vector wider than the CPU's registers (16
 # lanes on AVX2) into the ones it has, so results are checked everywhere; only the
@@ -73,6 +73,31 @@ def test_lanewise_ops_and_the_nan_rule(W):
     z = np.arange(W, dtype=np.float32)
     lanewise(z, z, out, lanes(W))
     assert out[3 * W] == z.sum()
+
+
+@numba.njit
+def masks(x, y, out, L):
+    """out rows: vmatch(x, y), then vselect(that mask, x, y)."""
+    W = nlanes(L)
+    m = vmatch(vload(x, 0, L), vload(y, 0, L))
+    vstore(out, 0, m)
+    vstore(out, W, vselect(m, vload(x, 0, L), vsplat(np.float32(-7.0), L)))
+
+
+@pytest.mark.parametrize("W", WIDTHS)
+def test_vmatch_is_equal_or_both_nan_and_vselect_follows_it(W):
+    pool = np.array([1.0, np.nan, -0.0, 0.0, np.inf, 2.0], np.float32)
+    rng = np.random.default_rng(W)
+    for _ in range(20):
+        x, y = rng.choice(pool, W), rng.choice(pool, W)
+        out = np.zeros(2 * W, np.float32)
+        masks(x, y, out, lanes(W))
+        want = (x == y) | (np.isnan(x) & np.isnan(y))
+        assert np.array_equal(out[:W], want.astype(np.float32))
+        picked = out[W:]
+        assert np.array_equal(picked[~want], np.full((~want).sum(), -7.0, np.float32))
+        assert np.array_equal(np.isnan(picked[want]), np.isnan(x[want]))
+        assert np.array_equal(picked[want & ~np.isnan(x)], x[want & ~np.isnan(x)])
 
 
 @pytest.mark.parametrize("W, register", [(16, "zmm"), (8, "ymm")])

@@ -220,6 +220,10 @@ FORCED = {
     (R.Conv2D, "winograd_f4"): _forced(lambda rec, ctx: winograd_f4_choice(rec.geometry, ctx, f"{_WHY}=winograd_f4"),
                                        _of_geometry(winograd_f4.eligible)),
     (R.Pool2D, "parallel"): lambda rec, ctx: parallel("pool2d", ctx.config, f"{_WHY}=parallel: over the N*C planes"),
+    (R.MaxPool2dBackward, "parallel"): lambda rec, ctx: parallel("max_pool2d_backward", ctx.config,
+                                                                 f"{_WHY}=parallel: over the N*C planes"),
+    (R.MaxPool2dBackward, "nchwc_pool_backward"): lambda rec, ctx: pool_backward_choice(rec, ctx,
+                                                                                        f"{_WHY}=nchwc_pool_backward"),
     (R.Pool3D, "parallel"): lambda rec, ctx: parallel("pool3d", ctx.config, f"{_WHY}=parallel: over the N*C planes"),
     (R.Pool2D, "nchwc_pool"): lambda rec, ctx: nchwc_pool_choice(rec, ctx),     # defined below
     (R.Pool3D, "nchwc_pool"): lambda rec, ctx: nchwc_pool_choice(rec, ctx),
@@ -518,7 +522,16 @@ def choose_pool(rec, ctx: ChoiceContext) -> Choice:
 
 @chooser(R.MaxPool2dBackward)
 def choose_max_pool2d_backward(rec, ctx: ChoiceContext) -> Choice:
+    if ctx.config.fast_conv and _lanes(ctx) > 1:
+        return pool_backward_choice(rec, ctx, "vector max-pool gradient")
     return parallel("max_pool2d_backward", ctx.config)
+
+
+def pool_backward_choice(rec, ctx: ChoiceContext, why: str) -> Choice:
+    lanes = _lanes(ctx)
+    return Choice("nchwc_pool_backward", f"{why} on NCHW{lanes}c: the window's max, then dy to its winning tap, "
+                                         f"{lanes} channels at once", tiling=Tiling(lanes=lanes),
+                  layouts=(("x", blocked(lanes)), ("dy", blocked(lanes)), ("dx", blocked(lanes))))
 
 
 @chooser(R.Im2Col)

@@ -16,8 +16,8 @@ from ..thunks import records as R
 from ..thunks.arena import view
 from ..thunks.layout import PLAIN, lanes_of
 from ..thunks.records import ABSENT, Thunk
-from . import (backward, conv2d, conv3d, conv_transpose, direct_simd, im2col, nchwc, nchwc_wgrad, pool, resize, simd,
-               subpixel, winograd_f4)
+from . import (backward, conv2d, conv3d, conv_transpose, direct_simd, im2col, nchwc, nchwc_pool_backward, nchwc_wgrad, pool,
+               resize, simd, subpixel, winograd_f4)
 
 EXEC: Dict[Tuple[Type[R.Record], str], Callable[[Thunk, np.ndarray], None]] = {}
 runs = registrar(EXEC, "CPU kernel")            # @runs(RecordType, algo)
@@ -556,6 +556,15 @@ def conv2d_backward_weight_nchwc(t, arena):
     return nchwc_wgrad.wgrad, (arena, t.off("x") // 4, t.off("dy") // 4, t.scratch_off // 4, arena, t.off("dw") // 4,
                                g.x_shape[0], c, h, wi, k, oh, ow, *g.kernel, *g.stride, *g.pad_begin, *g.dilation,
                                g.groups, *nchwc.group_blocks(g, lanes), simd.lanes(lanes))
+
+
+@runs(R.MaxPool2dBackward, "nchwc_pool_backward")
+def max_pool2d_backward_nchwc(t, arena):
+    g = t.record.geometry.lifted(2)
+    (c, h, wi), (oh, ow) = g.x_shape[1:], g.y_shape[2:]
+    return nchwc_pool_backward.max_pool_backward, (
+        arena, t.off("x") // 4, t.off("dy") // 4, t.off("dx") // 4, c, g.x_shape[0], h, wi, oh, ow, *g.kernel,
+        *g.stride, *g.pad_begin, *g.dilation, simd.lanes(t.tiling.lanes))
 
 
 @runs(R.Pool2D, "parallel")

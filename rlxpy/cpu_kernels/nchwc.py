@@ -477,6 +477,15 @@ def pool_items(g, lanes: int, threads: int) -> int:
     return chunk_pixels(g, g.x_shape[0] * -(-g.x_shape[1] // lanes), threads)
 
 @inlined
+def window_taps(ih0, iw0, H, Wi, KH, KW, dh, dw):
+    """The taps of a window (origin ih0, iw0) inside x: rows [i_lo, i_hi), columns [j_lo, j_hi)."""
+    if dh == 1 and dw == 1:                       # no integer division (tens of cycles each)
+        return max(0, -ih0), min(KH, H - ih0), max(0, -iw0), min(KW, Wi - iw0)
+    return (max(0, (-ih0 + dh - 1) // dh), min(KH, (H - ih0 + dh - 1) // dh),
+            max(0, (-iw0 + dw - 1) // dw), min(KW, (Wi - iw0 + dw - 1) // dw))
+
+
+@inlined
 def _pool_pixel(a, xb, ih0, iw0, win, L):
     """One output pixel's window (origin ih0, iw0) over V channels of the blocked planes at
     xb, xb + dstep, ... (`planes` of them inside x, `pad_planes` inside the padded input: 1
@@ -485,14 +494,7 @@ def _pool_pixel(a, xb, ih0, iw0, win, L):
     input). win: the window's constants, as pool packs them."""
     H, Wi, KH, KW, dh, dw, eh, ew, is_max, count_include_pad, planes, dstep, pad_planes = win
     V = nlanes(L)
-    if dh == 1 and dw == 1:                       # no integer division (tens of cycles each)
-        i_lo, i_hi = max(0, -ih0), min(KH, H - ih0)
-        j_lo, j_hi = max(0, -iw0), min(KW, Wi - iw0)
-    else:
-        i_lo = max(0, (-ih0 + dh - 1) // dh)      # first tap row inside x
-        i_hi = min(KH, (H - ih0 + dh - 1) // dh)  # one past the last
-        j_lo = max(0, (-iw0 + dw - 1) // dw)
-        j_hi = min(KW, (Wi - iw0 + dw - 1) // dw)
+    i_lo, i_hi, j_lo, j_hi = window_taps(ih0, iw0, H, Wi, KH, KW, dh, dw)
     acc = vsplat(-np.inf, L) if is_max else vzero(L)
     for pl in range(planes):
         for i in range(i_lo, i_hi):

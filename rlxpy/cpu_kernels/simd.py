@@ -380,6 +380,30 @@ vmax = _binary(lambda b, x, y: b.select(b.or_(b.fcmp_ordered(">", x, y), b.fcmp_
 vmin = _binary(lambda b, x, y: b.select(b.or_(b.fcmp_ordered("<", x, y), b.fcmp_unordered("uno", x, x)), x, y))
 
 
+def _mask(b, bits, ty):
+    """An i1 vector as floats: 1.0 where set, else 0.0 (masks stay float vectors, so the
+    kernels need no second vector type)."""
+    return b.select(bits, ir.Constant(ty, [1.0] * ty.count), ir.Constant(ty, [0.0] * ty.count))
+
+
+# 1.0 where x == y or both are NaN (the element a max pool's NaN rule picked), else 0.0
+vmatch = _binary(lambda b, x, y: _mask(b, b.or_(b.fcmp_ordered("==", x, y), b.and_(b.fcmp_unordered("uno", x, x),
+                                                                                  b.fcmp_unordered("uno", y, y))),
+                                       x.type))
+
+
+@intrinsic
+def vselect(typingctx, m, a, b):
+    """a where the mask m is not 0.0, else b (m from vmatch)."""
+    if not _same_vecs(m, a, b):
+        return None
+
+    def codegen(context, builder, sig, args):
+        m_, x, y = args
+        return builder.select(builder.fcmp_unordered("une", m_, ir.Constant(m_.type, [0.0] * m.width)), x, y)
+    return a(m, a, b), codegen
+
+
 @intrinsic
 def vhsum(typingctx, v):
     if not isinstance(v, FloatVec):
