@@ -13,6 +13,7 @@ import numpy as np
 
 from . import ops
 from .shape import Dim, Shape, as_pads, as_tuple, check_positive, fmt_shape
+from .tensor_builder import TensorOps
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +40,7 @@ class Value:
 _ids = itertools.count()
 
 
-class Graph:
+class Graph(TensorOps):
     def __init__(self):
         self.nodes: List[Node] = []
         self.params: Dict[int, np.ndarray] = {}      # value id -> float32 array

@@ -274,3 +274,6 @@ def infer_im2col(node: str, a: Im2ColAttrs, x: Shape) -> Shape:
 def infer_resize_nearest2x(node: str, a: ResizeNearest2xAttrs, x: Shape) -> Shape:
     _rank(node, "input", x, (4,))
     return (x[0], x[1], _mul(2, x[2]), _mul(2, x[3]))
+
+
+from . import tensor_ops  # noqa: E402,F401  (registers the shape rules of the ops around the convs)

@@ -118,3 +118,6 @@ def compile_im2col(node: Node, ctx: LowerCtx) -> R.Record:
 @compile_rule("ResizeNearest2x")
 def compile_resize_nearest2x(node: Node, ctx: LowerCtx) -> R.Record:
     return R.ResizeNearest2x(node.name, ResizeGeometry(tuple(ctx.shape(node.inputs[0]))), x=node.inputs[0], y=node.output)
+
+
+from . import tensor_records  # noqa: E402,F401  (registers the compile rules of the ops around the convs)

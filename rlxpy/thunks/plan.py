@@ -51,13 +51,14 @@ def needed_nodes(nodes, outputs) -> List[int]:
 
 
 def infer_concrete(nodes, params, input_shapes, order) -> Dict[int, Tuple[int, ...]]:
-    shapes: Dict[int, Tuple[int, ...]] = {}
+    # params first: a rewrite (rewrite.py) may add params after the nodes that read them
+    shapes: Dict[int, Tuple[int, ...]] = {i: tuple(params[i].shape) for i in order if nodes[i].op == "Param"}
     for i in order:
         node = nodes[i]
         if node.op == "Input":
             shapes[i] = input_shapes[node.name]
         elif node.op == "Param":
-            shapes[i] = tuple(params[i].shape)
+            pass
         else:
             shapes[i] = tuple(ops.INFER[node.op](node.name, node.attrs, *[shapes[v] for v in node.inputs]))
     return shapes

@@ -1,0 +1,332 @@
+"""The CPU backend's choice and binders for the ops around the convolutions (records in
+rlxpy.thunks.tensor_records, kernels in tensor.py), registered in the same tables as the
+conv family's."""
+from __future__ import annotations
+
+from math import prod
+
+import numpy as np
+
+from ..thunks import tensor_records as TR
+from ..thunks.arena import view
+from ..thunks.backend import ChoiceContext
+from ..thunks.layout import blocked, lanes_of
+from ..thunks.records import ABSENT, Choice, Tiling
+from . import tensor
+from .choose import _lanes, chooser, reference
+from .dispatch import at, runs
+
+ROW = 1 << 14       # floats per work item of a plain elementwise kernel (64 KiB: an L2-sized share)
+
+
+# --- choice ------------------------------------------------------------------------------------
+def _blockable(shape) -> bool:
+    return len(shape) in (3, 4, 5)
+
+
+def _elementwise(rec, ctx: ChoiceContext, roles, shape, what: str) -> Choice:
+    """Plain, or the channel-blocked layout for every role when a neighbour is blocked
+    (the plan asks again then): the values flow on without reorders."""
+    lanes = _lanes(ctx)
+    if ctx.near_blocked and lanes > 1 and _blockable(shape):
+        return Choice("elementwise", f"{what} on NCHW{lanes}c between blocked neighbours (lanes past C written 0)",
+                      tiling=Tiling(lanes=lanes), layouts=tuple((r, blocked(lanes)) for r in roles))
+    return Choice("elementwise", f"{what}: numba, parallel over the flat tensor")
+
+
+@chooser(TR.Unary)
+def choose_unary(rec, ctx: ChoiceContext) -> Choice:
+    if not ctx.config.fast_conv:
+        return reference("activation", ctx.config)
+    return _elementwise(rec, ctx, ("x", "y"), rec.geometry.shape, rec.geometry.fn)
+
+
+@chooser(TR.Binary)
+def choose_binary(rec, ctx: ChoiceContext) -> Choice:
+    g = rec.geometry
+    if not ctx.config.fast_conv:
+        return reference("arithmetic", ctx.config)
+    if g.a_shape == g.b_shape:
+        return _elementwise(rec, ctx, ("a", "b", "y"), g.y_shape, g.fn)
+    return Choice("numpy", f"{g.fn} with broadcasting {list(g.a_shape)} x {list(g.b_shape)}: numpy ufunc into y")
+
+
+@chooser(TR.BatchNorm)
+def choose_batch_norm(rec, ctx: ChoiceContext) -> Choice:
+    if not ctx.config.fast_conv:
+        return reference("batch_norm", ctx.config)
+    return Choice("elementwise", "not folded (no conv before it, or its inputs are not params): per-channel "
+                                 "scale and shift")
+
+
+@chooser(TR.MatMul)
+@chooser(TR.Linear)
+def choose_gemm(rec, ctx: ChoiceContext) -> Choice:
+    if not ctx.config.fast_conv:
+        return reference("linear", ctx.config)
+    return Choice("blas", "numpy matmul (BLAS) into y")
+
+
+@chooser(TR.Reduce)
+@chooser(TR.Softmax)
+def choose_reduce(rec, ctx: ChoiceContext) -> Choice:
+    if not ctx.config.fast_conv:
+        return reference(type(rec).__name__.lower(), ctx.config)
+    return Choice("numpy", "numpy in float32 into y")
+
+
+def _move(rec, ctx: ChoiceContext) -> Choice:
+    return Choice("naive", "data movement: numpy copy into the arena (its only kernel)")
+
+
+for _t in (TR.Reshape, TR.Transpose, TR.Slice, TR.Pad, *TR.CONCAT.values()):
+    chooser(_t)(_move)
+
+
+# --- binders -------------------------------------------------------------------------------------
+def _flat(t, arena, role: str, shape):
+    """(flat view, total, row_len, CB, C, V) of a role as stored: blocked rows are (image,
+    channel block) planes; plain rows are ROW floats."""
+    v = lanes_of(t.layout(role))
+    if v:
+        n, c, s = shape[0], shape[1], prod(shape[2:])
+        cb = -(-c // v)
+        total = n * cb * s * v
+        return view(arena, t.off(role), (total,)), total, s * v, cb, c, v
+    total = prod(shape)
+    return view(arena, t.off(role), (total,)), total, ROW, 1, 1, 1
+
+
+@runs(TR.Unary, "elementwise")
+def unary_fast(t, arena):
+    g = t.record.geometry
+    x, total, row, cb, c, v = _flat(t, arena, "x", g.shape)
+    y = _flat(t, arena, "y", g.shape)[0]
+    return tensor.unary, (x, y, tensor.UNARY_CODE[g.fn], g.alpha, g.beta, total, row, cb, c, v)
+
+
+@runs(TR.Unary, "naive")
+def unary_naive(t, arena):
+    g = t.record.geometry
+    x, y = at(t, arena, "x", g.shape), at(t, arena, "y", g.shape)
+
+    def run():
+        y[...] = tensor.unary_reference(g.fn, x, g.alpha, g.beta)
+    return run, ()
+
+
+_UFUNC = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}
+
+
+@runs(TR.Binary, "elementwise")
+def binary_fast(t, arena):
+    g = t.record.geometry
+    a, total, row, cb, c, v = _flat(t, arena, "a", g.y_shape)
+    b, y = _flat(t, arena, "b", g.y_shape)[0], _flat(t, arena, "y", g.y_shape)[0]
+    return tensor.binary_same, (a, b, y, tensor.BINARY_CODE[g.fn], total, row, cb, c, v)
+
+
+@runs(TR.Binary, "numpy")
+def binary_broadcast(t, arena):
+    g = t.record.geometry
+    a, b, y = at(t, arena, "a", g.a_shape), at(t, arena, "b", g.b_shape), at(t, arena, "y", g.y_shape)
+    fn = _UFUNC[g.fn]
+
+    def run():
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            fn(a, b, out=y)
+    return run, ()
+
+
+@runs(TR.Binary, "naive")
+def binary_naive(t, arena):
+    g = t.record.geometry
+    a, b, y = at(t, arena, "a", g.a_shape), at(t, arena, "b", g.b_shape), at(t, arena, "y", g.y_shape)
+
+    def run():
+        y[...] = tensor.binary_reference(g.fn, a, b)
+    return run, ()
+
+
+def _bn_views(t, arena):
+    g = t.record.geometry
+    c = g.shape[1]
+    return [at(t, arena, r, g.shape if r in ("x", "y") else (c,)) for r in ("x", "mean", "var", "w", "b", "y")]
+
+
+@runs(TR.BatchNorm, "elementwise")
+def batch_norm_fast(t, arena):
+    g = t.record.geometry
+    x, mean, var, w, b, y = _bn_views(t, arena)
+    n, c, s = g.shape[0], g.shape[1], prod(g.shape[2:])
+
+    def run():
+        scale, shift = tensor.batch_norm_affine(mean, var, w, b, g.alpha)
+        tensor.channel_affine(x.reshape(-1), y.reshape(-1), scale, shift, n, c, s)
+    return run, ()
+
+
+@runs(TR.BatchNorm, "naive")
+def batch_norm_naive(t, arena):
+    g = t.record.geometry
+    x, mean, var, w, b, y = _bn_views(t, arena)
+
+    def run():
+        y[...] = tensor.batch_norm_reference(x, mean, var, w, b, g.alpha)
+    return run, ()
+
+
+def _matmul_views(t, arena):
+    g = t.record.geometry
+    return at(t, arena, "a", g.a_shape), at(t, arena, "b", g.b_shape), at(t, arena, "y", g.y_shape)
+
+
+@runs(TR.MatMul, "blas")
+def matmul_fast(t, arena):
+    a, b, y = _matmul_views(t, arena)
+    return (lambda: np.matmul(a, b, out=y)), ()
+
+
+@runs(TR.MatMul, "naive")
+def matmul_naive(t, arena):
+    a, b, y = _matmul_views(t, arena)
+
+    def run():
+        y[...] = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    return run, ()
+
+
+def _linear_views(t, arena):
+    g = t.record.geometry
+    k, o = g.x_shape[-1], g.y_shape[-1]
+    rows = prod(g.x_shape[:-1])
+    b = None if t.off("b") == ABSENT else at(t, arena, "b", (o,))
+    return at(t, arena, "x", (rows, k)), at(t, arena, "w", (o, k)), b, at(t, arena, "y", (rows, o))
+
+
+@runs(TR.Linear, "blas")
+def linear_fast(t, arena):
+    x, w, b, y = _linear_views(t, arena)
+
+    def run():
+        np.matmul(x, w.T, out=y)
+        if b is not None:
+            np.add(y, b, out=y)
+    return run, ()
+
+
+@runs(TR.Linear, "naive")
+def linear_naive(t, arena):
+    x, w, b, y = _linear_views(t, arena)
+
+    def run():
+        y[...] = x.astype(np.float64) @ w.astype(np.float64).T + (0.0 if b is None else b.astype(np.float64))
+    return run, ()
+
+
+def _reduce_views(t, arena):
+    g = t.record.geometry
+    kept = tuple(1 if k in g.params else d for k, d in enumerate(g.x_shape))
+    return at(t, arena, "x", g.x_shape), at(t, arena, "y", kept)      # y with the reduced axes kept as 1s
+
+
+@runs(TR.Reduce, "numpy")
+def reduce_fast(t, arena):
+    g = t.record.geometry
+    x, y = _reduce_views(t, arena)
+    fn = np.mean if g.mode == "mean" else np.max
+    return (lambda: fn(x, axis=g.params, keepdims=True, out=y)), ()
+
+
+@runs(TR.Reduce, "naive")
+def reduce_naive(t, arena):
+    g = t.record.geometry
+    x, y = _reduce_views(t, arena)
+    fn = np.mean if g.mode == "mean" else np.max
+
+    def run():
+        y[...] = fn(x.astype(np.float64), axis=g.params, keepdims=True)
+    return run, ()
+
+
+def _softmax_views(t, arena):
+    g = t.record.geometry
+    return at(t, arena, "x", g.x_shape), at(t, arena, "y", g.y_shape), g.params[0], g.mode == "log"
+
+
+@runs(TR.Softmax, "numpy")
+def softmax_fast(t, arena):
+    x, y, axis, log = _softmax_views(t, arena)
+
+    def run():
+        with np.errstate(invalid="ignore", over="ignore"):      # inf and NaN rows give NaN, as in PyTorch
+            np.subtract(x, x.max(axis=axis, keepdims=True), out=y)
+            if log:
+                np.subtract(y, np.log(np.exp(y).sum(axis=axis, keepdims=True)), out=y)
+            else:
+                np.exp(y, out=y)
+                np.divide(y, y.sum(axis=axis, keepdims=True), out=y)
+    return run, ()
+
+
+@runs(TR.Softmax, "naive")
+def softmax_naive(t, arena):
+    x, y, axis, log = _softmax_views(t, arena)
+
+    def run():
+        y[...] = tensor.softmax_reference(x, axis, log)
+    return run, ()
+
+
+# --- data movement: one kernel each ---------------------------------------------------------------
+def _xy(t, arena):
+    g = t.record.geometry
+    return at(t, arena, "x", g.x_shape), at(t, arena, "y", g.y_shape)
+
+
+@runs(TR.Reshape, "naive")
+def reshape_copy(t, arena):
+    x, y = _xy(t, arena)
+    xf, yf = x.reshape(-1), y.reshape(-1)
+    return (lambda: np.copyto(yf, xf)), ()
+
+
+@runs(TR.Transpose, "naive")
+def transpose_copy(t, arena):
+    x, y = _xy(t, arena)
+    xt = x.transpose(t.record.geometry.params)
+    return (lambda: np.copyto(y, xt)), ()
+
+
+@runs(TR.Slice, "naive")
+def slice_copy(t, arena):
+    x, y = _xy(t, arena)
+    xs = x[tuple(slice(*p) for p in t.record.geometry.params)]
+    return (lambda: np.copyto(y, xs)), ()
+
+
+@runs(TR.Pad, "naive")
+def pad_copy(t, arena):
+    g = t.record.geometry
+    x, y = _xy(t, arena)
+    inner = y[tuple(slice(b, b + d) for (b, _), d in zip(g.params, g.x_shape))]
+
+    def run():
+        if g.mode == "constant":
+            y[...] = g.value
+            np.copyto(inner, x)
+        else:
+            np.copyto(y, np.pad(x, g.params, mode=g.mode))
+    return run, ()
+
+
+def _concat(t, arena):
+    g = t.record.geometry
+    axis, sizes = g.params
+    xs = tuple(at(t, arena, f"x{i}", g.x_shape[:axis] + (s,) + g.x_shape[axis + 1:]) for i, s in enumerate(sizes))
+    y = at(t, arena, "y", g.y_shape)
+    return (lambda: np.concatenate(xs, axis=axis, out=y)), ()
+
+
+for _t in TR.CONCAT.values():
+    runs(_t, "naive")(_concat)

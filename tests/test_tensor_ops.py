@@ -1,0 +1,164 @@
+"""The ops around the convolutions, through the public API, against PyTorch (an oracle
+independent of ours) with the fast kernels and with the reference kernels; shape errors
+that name the node; the blocked layout flowing through elementwise ops; batch norm folded
+into the conv before it."""
+import re
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import rlxpy as rx
+
+from helpers import REFERENCE, rand
+
+CONFIGS = [rx.Config(), REFERENCE]
+RNG = np.random.default_rng(70)
+X = rand(RNG, 2, 5, 6, 7)
+X[0, 0, 0, :3] = [np.nan, np.inf, -np.inf]         # specials go through as PyTorch's do
+
+W_LIN, B_LIN = rand(RNG, 4, 7), rand(RNG, 4)
+BN = [rand(RNG, 5), np.abs(rand(RNG, 5)) + 0.5, rand(RNG, 5), rand(RNG, 5)]
+T = torch.from_numpy
+
+# name -> (build(g, values), torch function of the inputs, inputs)
+CASES = {
+    "relu": (lambda g, v: g.relu(v["x"]), F.relu, {"x": X}),
+    "leaky_relu": (lambda g, v: g.leaky_relu(v["x"], 0.2), lambda x: F.leaky_relu(x, 0.2), {"x": X}),
+    "relu6": (lambda g, v: g.relu6(v["x"]), F.relu6, {"x": X}),
+    "clip": (lambda g, v: g.clip(v["x"], -0.5, 0.25), lambda x: torch.clamp(x, -0.5, 0.25), {"x": X}),
+    "sigmoid": (lambda g, v: g.sigmoid(v["x"]), torch.sigmoid, {"x": X}),
+    "hardsigmoid": (lambda g, v: g.hardsigmoid(v["x"]), F.hardsigmoid, {"x": X}),
+    "hardswish": (lambda g, v: g.hardswish(v["x"]), F.hardswish, {"x": X}),
+    "silu": (lambda g, v: g.silu(v["x"]), F.silu, {"x": X}),
+    "gelu": (lambda g, v: g.gelu(v["x"]), F.gelu, {"x": X}),
+    "gelu_tanh": (lambda g, v: g.gelu(v["x"], approximate="tanh"), lambda x: F.gelu(x, approximate="tanh"), {"x": X}),
+    "tanh": (lambda g, v: g.tanh(v["x"]), torch.tanh, {"x": X}),
+    "add_same": (lambda g, v: g.add(v["x"], v["y"]), torch.add, {"x": X, "y": rand(RNG, 2, 5, 6, 7)}),
+    "sub_channel": (lambda g, v: g.sub(v["x"], v["y"]), torch.sub, {"x": X, "y": rand(RNG, 5, 1, 1)}),
+    "mul_rank_up": (lambda g, v: g.mul(v["y"], v["x"]), lambda x, y: y * x, {"x": X, "y": rand(RNG, 7)}),
+    "div": (lambda g, v: g.div(v["x"], v["y"]), torch.div, {"x": X, "y": rand(RNG, 2, 5, 6, 7)}),
+    "matmul": (lambda g, v: g.matmul(v["x"], v["y"]), torch.matmul, {"x": X, "y": rand(RNG, 5, 7, 3)}),
+    "linear": (lambda g, v: g.linear(v["x"], g.param("w", W_LIN), g.param("b", B_LIN)),
+               lambda x: F.linear(x, T(W_LIN), T(B_LIN)), {"x": X}),
+    "flatten": (lambda g, v: g.flatten(v["x"]), lambda x: torch.flatten(x, 1), {"x": X}),
+    "reshape": (lambda g, v: g.reshape(v["x"], (-1, 6, 7)), lambda x: x.reshape(-1, 6, 7), {"x": X}),
+    "transpose": (lambda g, v: g.transpose(v["x"], (0, 2, -1, 1)), lambda x: x.permute(0, 2, 3, 1), {"x": X}),
+    "concat": (lambda g, v: g.concat([v["x"], v["y"], v["x"]], 1), lambda x, y: torch.cat([x, y, x], 1),
+               {"x": X, "y": rand(RNG, 2, 3, 6, 7)}),
+    "slice": (lambda g, v: g.slice(v["x"], [1, -5], [4, 100], [1, 3], [2, 1]), lambda x: x[:, 1:4:2, :, -5:],
+              {"x": X}),
+    "split": (lambda g, v: g.split(v["x"], 2, 1)[2], lambda x: torch.split(x, 2, 1)[2], {"x": X}),
+    "pad_constant": (lambda g, v: g.pad(v["x"], (1, 2, 0, 3), value=1.5), lambda x: F.pad(x, (1, 2, 0, 3), value=1.5),
+                     {"x": X}),
+    "pad_reflect": (lambda g, v: g.pad(v["x"], (1, 2, 2, 3), mode="reflect"),
+                    lambda x: F.pad(x, (1, 2, 2, 3), mode="reflect"), {"x": X}),
+    "pad_replicate": (lambda g, v: g.pad(v["x"], (1, 2, 2, 3), mode="replicate"),
+                      lambda x: F.pad(x, (1, 2, 2, 3), mode="replicate"), {"x": X}),
+    "global_avg_pool": (lambda g, v: g.global_avg_pool(v["x"]), lambda x: F.adaptive_avg_pool2d(x, 1), {"x": X}),
+    "global_max_pool": (lambda g, v: g.global_max_pool(v["x"]), lambda x: F.adaptive_max_pool2d(x, 1), {"x": X}),
+    "mean": (lambda g, v: g.mean(v["x"], (1, 3)), lambda x: x.mean((1, 3)), {"x": X}),
+    "softmax": (lambda g, v: g.softmax(v["x"], 1), lambda x: F.softmax(x, 1), {"x": X}),
+    "log_softmax": (lambda g, v: g.log_softmax(v["x"], -1), lambda x: F.log_softmax(x, -1), {"x": X}),
+    "batch_norm": (lambda g, v: g.batch_norm(v["x"], *[g.param(f"bn{i}", a) for i, a in enumerate(BN)], eps=1e-3),
+                   lambda x: F.batch_norm(x, *map(T, BN), training=False, eps=1e-3), {"x": X}),
+}
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=["fast", "reference"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_op_matches_pytorch(name, config):
+    build, torch_fn, inputs = CASES[name]
+    g = rx.Graph()
+    values = {k: g.input(k, (None,) + a.shape[1:] if k == "x" else a.shape) for k, a in inputs.items()}
+    g.output("out", build(g, values))
+    exe = rx.compile(g, config)
+    out = exe.run(inputs)["out"]
+    want = torch_fn(*[T(a) for a in inputs.values()]).numpy()
+    assert out.shape == want.shape and out.dtype == np.float32
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6, equal_nan=True)
+    if not config.fast_conv:
+        assert {t.algo for t in exe.thunks} == {"naive"}
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda g, x: g.add(x, g.input("y", (3, 7))), "add_0: shapes [N, 5, 6, 7] and [3, 7] do not broadcast"),
+    (lambda g, x: g.linear(x, g.param("w", np.zeros((4, 6), np.float32))), "takes 6 input features"),
+    (lambda g, x: g.reshape(x, (-1, 11)), None),
+    (lambda g, x: g.transpose(x, (0, 1, 1, 2)), "is not a permutation"),
+    (lambda g, x: g.concat([x, g.input("y", (2, 5, 6, 8))], 1), "outside axis 1"),
+    (lambda g, x: g.slice(x, [3], [3], [2]), "is empty"),
+    (lambda g, x: g.pad(x, (7, 0), mode="reflect"), "must be smaller than its size 7"),
+    (lambda g, x: g.softmax(x, 4), "axis 4 is out of range"),
+    (lambda g, x: g.clip(x, 2.0, 1.0), "clip min 2.0 is greater than max 1.0"),
+])
+def test_bad_ops_are_refused_at_build_time_naming_the_node(build, message):
+    g = rx.Graph()
+    x = g.input("x", (None, 5, 6, 7))
+    n = len(g.nodes)
+    if message is None:     # a size only known at run time: refused when the plan is built
+        g.output("y", build(g, x))
+        exe = rx.compile(g)
+        with pytest.raises(ValueError, match=r"reshape_\d+: cannot reshape \[2, 5, 6, 7\]"):
+            exe.run({"x": X})
+        assert exe.run({"x": rand(RNG, 11, 5, 6, 7)})["y"].shape == (210, 11)   # still usable
+        return
+    with pytest.raises(ValueError, match=re.escape(message)):
+        build(g, x)
+    assert len([nd for nd in g.nodes if nd.op not in ("Input", "Param")]) == n - 1   # nothing added
+
+
+def test_the_blocked_layout_flows_through_elementwise_ops_without_reorders():
+    """conv -> sigmoid -> conv -> add (residual) -> relu -> conv: one layout from the input
+    to the last conv, which writes the plain output itself; padded lanes after sigmoid
+    (f(0) = 0.5) are written as zeros, and a division of them would be 0/0."""
+    rng = np.random.default_rng(71)
+    g = rx.Graph()
+    x = g.input("x", (None, 11, 9, 8))
+    a = g.sigmoid(g.conv(x, g.param("w1", rand(rng, 13, 11, 3, 3, scale=0.2)), padding=1))
+    b = g.conv(a, g.param("w2", rand(rng, 11, 13, 3, 3, scale=0.2)), padding=1)
+    c = g.relu(g.add(b, x))
+    d = g.div(c, g.add(c, g.sigmoid(c)))
+    g.output("y", g.conv(d, g.param("w3", rand(rng, 11, 11, 3, 3, scale=0.2)), padding=1))
+    exe = rx.compile(g, rx.Config(simd_width=8))
+    xv = rand(rng, 2, 11, 9, 8)
+    out = exe.run({"x": xv})["y"]
+    assert [t.algo for t in exe.thunks].count("reorder") == 0
+    assert all(dict(t.layouts).get("y", "nchw8c") == "nchw8c" for t in exe.thunks[:-1])
+    ref = rx.compile(g, REFERENCE).run({"x": xv})["y"]
+    assert np.isfinite(out).all()
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+
+
+def test_batch_norm_after_a_conv_is_folded_into_it_and_explain_shows_both():
+    rng = np.random.default_rng(72)
+    w, b = rand(rng, 8, 3, 3, 3, scale=0.3), rand(rng, 8)
+    stats = [rand(rng, 8), np.abs(rand(rng, 8)) + 0.5, rand(rng, 8), rand(rng, 8)]
+    g = rx.Graph()
+    x = g.input("x", (None, 3, 10, 10))
+    c = g.conv(x, g.param("w", w), bias=g.param("b", b), padding=1, name="conv1")
+    y = g.batch_norm(c, *[g.param(f"s{i}", s) for i, s in enumerate(stats)], eps=1e-3, name="bn1")
+    g.output("y", g.relu(y))
+    xv = rand(rng, 2, 3, 10, 10)
+    want = F.relu(F.batch_norm(F.conv2d(T(xv), T(w), T(b), padding=1), *map(T, stats), eps=1e-3)).numpy()
+    for config, algos in ((rx.Config(), {"conv1": "im2col"}), (REFERENCE, None)):
+        exe = rx.compile(g, config, algos=algos)
+        np.testing.assert_allclose(exe.run({"x": xv})["y"], want, rtol=1e-5, atol=1e-5)
+        assert [t.node for t in exe.thunks] == ["conv1+bn1", "relu_0"]
+        assert "conv1+bn1" in exe.explain()
+    assert rx.compile(g, algos={"conv1": "im2col"}).thunks[0].algo == "im2col"    # the override follows the fold
+
+
+def test_batch_norm_whose_conv_output_is_also_read_elsewhere_is_not_folded():
+    rng = np.random.default_rng(73)
+    g = rx.Graph()
+    x = g.input("x", (1, 3, 6, 6))
+    c = g.conv(x, g.param("w", rand(rng, 4, 3, 3, 3)), padding=1)
+    y = g.batch_norm(c, *[g.param(f"s{i}", np.abs(rand(rng, 4)) + 0.5) for i in range(4)])
+    g.output("y", g.add(y, c))
+    exe = rx.compile(g)
+    assert [type(t.record).__name__ for t in exe.thunks if t.algo != "reorder"][:2] == ["Conv2D", "BatchNorm"]
+    xv = rand(rng, 1, 3, 6, 6)
+    np.testing.assert_allclose(exe.run({"x": xv})["y"], rx.compile(g, REFERENCE).run({"x": xv})["y"],
+                               rtol=1e-5, atol=1e-5)
