@@ -7,8 +7,16 @@ from .config import Config
 from .ir.graph import Graph, Value
 from .thunks.executor import Executable
 
-__all__ = ["Graph", "Value", "Config", "Executable", "compile"]
+__all__ = ["Graph", "Value", "Config", "Executable", "compile", "onnx"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    """rlxpy.onnx is imported on first use: `import rlxpy` does not import the onnx package."""
+    if name == "onnx":
+        import importlib
+        return importlib.import_module(".onnx", __name__)
+    raise AttributeError(f"module 'rlxpy' has no attribute {name!r}")
 
 
 def compile(graph: Graph, config: Config = None, device: str = "cpu", plan_memory: bool = True,

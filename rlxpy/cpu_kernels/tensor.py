@@ -20,7 +20,7 @@ from .jit import inlined, parallel_kernel
 
 # activation -> code for the numba kernel
 UNARY_CODE = {"identity": 0, "relu": 1, "leaky_relu": 2, "clip": 3, "sigmoid": 4, "hardsigmoid": 5, "hardswish": 6,
-              "silu": 7, "gelu": 8, "gelu_tanh": 9, "tanh": 10}
+              "silu": 7, "gelu": 8, "gelu_tanh": 9, "tanh": 10, "erf": 11}
 BINARY_CODE = {"add": 0, "sub": 1, "mul": 2, "div": 3}
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
@@ -38,7 +38,8 @@ def unary_reference(fn: str, x: np.ndarray, alpha: float, beta: float) -> np.nda
         if fn == "leaky_relu":
             return np.where(v < 0, v * alpha, v)
         if fn == "clip":
-            return np.where(v < alpha, alpha, np.where(v > beta, beta, v))
+            t = np.where(v < alpha, alpha, v)
+            return np.where(t > beta, beta, t)
         if fn == "sigmoid":
             return 1.0 / (1.0 + np.exp(-v))
         if fn == "hardsigmoid":
@@ -55,6 +56,8 @@ def unary_reference(fn: str, x: np.ndarray, alpha: float, beta: float) -> np.nda
             return 0.5 * v * (1.0 + np.tanh(_SQRT_2_OVER_PI * (v + 0.044715 * v ** 3)))
         if fn == "tanh":
             return np.tanh(v)
+        if fn == "erf":
+            return erf(v)
     raise ValueError(f"unknown activation {fn!r}")
 
 
@@ -93,8 +96,9 @@ def _act(v, code, alpha, beta):
         return np.float32(0.0) if v < 0 else v
     if code == 2:
         return v * alpha if v < 0 else v
-    if code == 3:
-        return alpha if v < alpha else (beta if v > beta else v)
+    if code == 3:                  # min(max(v, lo), hi): hi everywhere when lo > hi, as torch.clamp
+        t = alpha if v < alpha else v
+        return beta if t > beta else t
     if code == 4:
         return np.float32(1.0) / (np.float32(1.0) + np.exp(-v))
     if code == 5:
@@ -113,6 +117,8 @@ def _act(v, code, alpha, beta):
                                                                 (v + np.float32(0.044715) * v * v * v)))
     if code == 10:
         return np.tanh(v)
+    if code == 11:
+        return np.float32(math.erf(v))
     return v
 
 

@@ -193,9 +193,11 @@ def _check_pool_window(node: str, kernel, stride, padding, dilation) -> None:
         if k < 1 or s < 1 or d < 1:
             raise ValueError(f"{node}: kernel_size, stride and dilation must be >= 1 on spatial axis {ax}, "
                              f"got k={k}, stride={s}, dilation={d}")
-        if max(pb, pe) > k // 2:
-            raise ValueError(f"{node}: padding {(pb, pe)} on spatial axis {ax} must be at most half the "
-                             f"kernel size ({k} // 2 = {k // 2}), as in PyTorch")
+        # PyTorch refuses padding over half the kernel; ONNX allows more. Taken up to the
+        # window's reach, so every window still holds an element of x
+        if max(pb, pe) > d * (k - 1):
+            raise ValueError(f"{node}: padding {(pb, pe)} on spatial axis {ax} must be at most the window's "
+                             f"reach dilation*(k-1) = {d * (k - 1)}, so that every window holds an input element")
 
 
 @shape_rule("Pool")

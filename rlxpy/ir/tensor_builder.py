@@ -57,6 +57,10 @@ class TensorOps:
     def tanh(self, x, name=None):
         return self._unary("tanh", x, name)
 
+    def erf(self, x, name=None):
+        """torch.erf (ONNX exports GELU before opset 20 as x * (1 + erf(x / sqrt 2)) / 2)."""
+        return self._unary("erf", x, name)
+
     def identity(self, x, name=None):
         return self._unary("identity", x, name)
 
@@ -96,7 +100,17 @@ class TensorOps:
         return self._add("Linear", T.LinearAttrs(bias is not None), (x, w, bias), name, ("x", "weight", "bias"))
 
     def matmul(self, a, b, name=None):
-        """torch.matmul for ranks >= 2 (batch dims broadcast)."""
+        """torch.matmul: batch dims broadcast; a 1-D operand is a row (a) or a column (b),
+        dropped from the result."""
+        if len(a.shape) == 1 or len(b.shape) == 1:
+            a2 = self.reshape(a, (1, a.shape[0])) if len(a.shape) == 1 else a
+            b2 = self.reshape(b, (b.shape[0], 1)) if len(b.shape) == 1 else b
+            y = self._add("MatMul", T.MatMulAttrs(), (a2, b2), None, ("a", "b"))
+            keep = tuple(y.shape[:-2]) + ((y.shape[-2],) if len(a.shape) > 1 else ()) + \
+                ((y.shape[-1],) if len(b.shape) > 1 else ())
+            if not all(isinstance(d, int) for d in keep):
+                raise ValueError(f"{name or 'matmul'}: a 1-D operand with dynamic dims elsewhere")
+            return self.reshape(y, keep or (1,), name)
         return self._add("MatMul", T.MatMulAttrs(), (a, b), name, ("a", "b"))
 
     # -- shapes ------------------------------------------------------------------------------

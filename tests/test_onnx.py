@@ -1,0 +1,145 @@
+"""ONNX import: real CNNs exported by PyTorch against onnxruntime (batch 1 and a dynamic
+batch), ONNX's own node test cases for every op the importer supports (the cases the onnx
+package generates, which are what it ships under onnx/backend/test/data/node), refusals,
+and that `import rlxpy` does not import onnx."""
+import re
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+import rlxpy as rx  # noqa: E402
+from rlxpy.onnx import BUILD, OnnxImportError  # noqa: E402
+
+from models import MODELS, export  # noqa: E402
+
+
+def test_import_rlxpy_does_not_import_onnx():
+    code = "import sys, rlxpy; assert 'onnx' not in sys.modules and 'onnxruntime' not in sys.modules; rlxpy.onnx"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("name, fold", [(name, True) for name in MODELS] + [("resnet18", False)],
+                         ids=lambda v: v if isinstance(v, str) else ("exporter-folded" if v else "bn-nodes"))
+def test_real_models_match_onnxruntime_at_batch_1_and_a_dynamic_batch(name, fold):
+    data, _ = export(name, fold=fold)
+    g = rx.onnx.load(onnx.load_from_string(data))
+    exe = rx.compile(g)
+    sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    shape = MODELS[name][1]
+    rng = np.random.default_rng(80)
+    for n in (1, 3):
+        x = rng.standard_normal((n,) + shape[1:]).astype(np.float32)
+        out = exe.run({"input": x})["output"]
+        ref = sess.run(None, {"input": x})[0]
+        assert out.shape == ref.shape
+        assert np.abs(out - ref).max() <= 1e-4 * np.abs(ref).max(), (name, n)
+    assert not any(type(t.record).__name__ == "BatchNorm" for t in exe.thunks)   # every one folded
+    if not fold:      # the exporter left them as nodes: rlxpy folded them, and explain() says so
+        folded = [t.node for t in exe.thunks if "+" in t.node and "BatchNormalization" in t.node]
+        assert len(folded) == 20, folded
+
+
+def test_a_model_with_unknown_ops_is_refused_listing_every_one():
+    from onnx import TensorProto, helper
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="ok"),
+             helper.make_node("Einsum", ["a"], ["b"], name="e1", equation="ij->ji"),
+             helper.make_node("LpNormalization", ["b"], ["y"], name="n1")]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y]), opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(OnnxImportError, match=re.escape("2 node(s) rlxpy cannot import: e1 (Einsum, opset 17); "
+                                                        "n1 (LpNormalization, opset 17)")):
+        rx.onnx.load(model)
+
+
+def test_an_opset_outside_the_range_is_refused():
+    from onnx import TensorProto, helper
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3])
+    model = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x],
+                                                [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]),
+                              opset_imports=[helper.make_opsetid("", 9)])
+    with pytest.raises(OnnxImportError, match="opset 9 of the default domain"):
+        rx.onnx.load(model)
+
+
+# --- ONNX's node tests ------------------------------------------------------------------------
+def _node_cases():
+    from onnx.backend.test.case.node import collect_testcases
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        every = collect_testcases(None)
+    return [c for c in every if c.model.graph.node and all(n.op_type in BUILD for n in c.model.graph.node)]
+
+
+NODE_CASES = _node_cases()
+
+# inputs the importer takes as constants (an op's parameters, fed as graph inputs by the
+# node tests): the test binds them as initializers with the data set's values
+CONSTANT_INPUTS = {"Clip": (1, 2), "Resize": (1, 2, 3), "Pad": (1, 2, 3), "Slice": (1, 2, 3, 4), "Split": (1,),
+                   "ReduceMean": (1,), "Reshape": (1,), "Upsample": (1,)}
+
+# what rlxpy does not do, by the import error's words: such cases are xfail with the reason
+UNSUPPORTED = {
+    "element type": "rlxpy runs float32 only",
+    "training_mode": "BatchNormalization in training mode",
+    "mask output": "Dropout's mask output",
+    "Indices output": "MaxPool's Indices output",
+    "mode 'cubic'": "Resize: cubic mode", "mode 'linear'": "Resize: linear mode",
+    "nearest upsampling of a 4-D input by 2": "Resize: only 2x nearest upsampling",
+    "does not pick input pixel": "Resize: coordinate modes other than a 2x nearest upsample",
+    "average pooling takes no dilation": "AveragePool with dilations",
+    "negative steps": "Slice with negative steps",
+    "opset 9 ": "opset 9 (Upsample)",
+    "do not add up": "Split with zero-size parts (empty tensors)",
+    "allowzero": "Reshape allowzero with a 0 dim (empty tensors)",
+    "mode 'wrap'": "Pad: wrap mode",
+    "element type 0": "optional / sequence inputs",
+    "is empty": "empty tensors (a zero-size slice)",
+    "cannot be split": "Split of an axis whose size the model does not state",
+}
+
+
+def _bound(case, inputs):
+    """The case's model with its parameter inputs as initializers; the remaining feeds."""
+    from onnx import numpy_helper
+    m = onnx.ModelProto()
+    m.CopyFrom(case.model)
+    names = [i.name for i in m.graph.input]
+    const = set()
+    for node in m.graph.node:
+        for k in CONSTANT_INPUTS.get(node.op_type, ()):
+            if k < len(node.input) and node.input[k] in names:
+                const.add(node.input[k])
+    feed = {}
+    keep = []
+    for vi, value in zip(list(m.graph.input), inputs):
+        if vi.name in const:
+            m.graph.initializer.append(numpy_helper.from_array(np.asarray(value), vi.name))
+        else:
+            keep.append(vi)
+            feed[vi.name] = value
+    del m.graph.input[:]
+    m.graph.input.extend(keep)
+    return m, feed
+
+
+@pytest.mark.parametrize("case", NODE_CASES, ids=lambda c: c.name)
+def test_onnx_node_case(case):
+    for inputs, outputs in case.data_sets:
+        model, feed = _bound(case, inputs)
+        try:
+            exe = rx.compile(rx.onnx.load(model))
+        except (OnnxImportError, ValueError) as e:
+            reason = next((why for words, why in UNSUPPORTED.items() if words in str(e)), None)
+            if reason is None:
+                raise
+            pytest.xfail(f"{reason}: {e}")
+        out = exe.run({k: np.asarray(v) for k, v in feed.items()})
+        for vi, want in zip(model.graph.output, outputs):
+            np.testing.assert_allclose(out[vi.name], want, rtol=1e-3, atol=1e-7, err_msg=case.name)
