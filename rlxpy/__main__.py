@@ -1,4 +1,8 @@
-"""python -m rlxpy demo: build a small CNN, compile it, run it, show which kernels ran."""
+"""python -m rlxpy demo: build a small CNN, compile it, run it, show which kernels ran.
+python -m rlxpy run MODEL.onnx [--input NAME=file.npy ...] [--batch N] [--runs R]: import an
+ONNX model, run it (random inputs where none are given), print the outputs' shapes,
+explain() and the median latency."""
+import argparse
 import sys
 import time
 
@@ -43,12 +47,54 @@ def demo() -> None:
           f"runs agree: {np.array_equal(out, out2)}")
 
 
+def _feeds(g: rx.Graph, given, batch: int, rng):
+    """The model's inputs: from .npy files where given, else random, with every dynamic dim
+    (the batch) bound to `batch`."""
+    feeds = {}
+    for spec in given:
+        name, _, path = spec.partition("=")
+        if name not in g.inputs or not path:
+            raise SystemExit(f"--input {spec!r}: expected NAME=file.npy with NAME one of {sorted(g.inputs)}")
+        feeds[name] = np.load(path).astype(np.float32)
+    for name, vid in g.inputs.items():
+        if name not in feeds:
+            shape = tuple(d if isinstance(d, int) else batch for d in g.nodes[vid].shape)
+            feeds[name] = rng.standard_normal(shape).astype(np.float32)
+    return feeds
+
+
+def run_model(path: str, given, batch: int, runs: int) -> None:
+    g = rx.onnx.load(path)
+    exe = rx.compile(g)
+    feeds = _feeds(g, given, batch, np.random.default_rng(0))
+    out = exe.run(feeds)
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        exe.run(feeds)
+        times.append(time.perf_counter() - t0)
+    for name, arr in out.items():
+        print(f"output {name!r}: shape {list(arr.shape)}")
+    print(exe.explain())
+    print(f"median latency over {runs} runs: {1e3 * float(np.median(times)):.3f} ms "
+          f"(inputs {', '.join(f'{k} {list(v.shape)}' for k, v in feeds.items())}; {exe.threads} threads)")
+
+
 def main(argv) -> int:
-    if argv[:1] == ["demo"]:
+    parser = argparse.ArgumentParser(prog="python -m rlxpy")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("demo", help="build, compile and run a small CNN, and explain it")
+    run = sub.add_parser("run", help="import an ONNX model and run it")
+    run.add_argument("model", help="path to an .onnx file")
+    run.add_argument("--input", action="append", default=[], metavar="NAME=file.npy", help="an input's data")
+    run.add_argument("--batch", type=int, default=1, help="the size of dynamic dims of random inputs (default 1)")
+    run.add_argument("--runs", type=int, default=10, help="timed runs after the first (default 10)")
+    args = parser.parse_args(argv)
+    if args.command == "demo":
         demo()
-        return 0
-    print("usage: python -m rlxpy demo", file=sys.stderr)
-    return 2
+    else:
+        run_model(args.model, args.input, args.batch, args.runs)
+    return 0
 
 
 if __name__ == "__main__":

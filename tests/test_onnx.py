@@ -16,7 +16,7 @@ ort = pytest.importorskip("onnxruntime")
 import rlxpy as rx  # noqa: E402
 from rlxpy.onnx import BUILD, OnnxImportError  # noqa: E402
 
-from models import MODELS, export  # noqa: E402
+from cnn_models import MODELS, export  # noqa: E402
 
 
 def test_import_rlxpy_does_not_import_onnx():
@@ -143,3 +143,21 @@ def test_onnx_node_case(case):
         out = exe.run({k: np.asarray(v) for k, v in feed.items()})
         for vi, want in zip(model.graph.output, outputs):
             np.testing.assert_allclose(out[vi.name], want, rtol=1e-3, atol=1e-7, err_msg=case.name)
+
+
+def test_command_line_runs_a_model_with_given_and_random_inputs(tmp_path):
+    data, module = export("audio1d")
+    path = tmp_path / "audio.onnx"
+    path.write_bytes(data)
+    x = np.random.default_rng(81).standard_normal((2, 1, 4000)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    done = subprocess.run([sys.executable, "-m", "rlxpy", "run", str(path), "--input", f"input={tmp_path / 'x.npy'}",
+                           "--runs", "2"], capture_output=True, text=True, check=True)
+    assert "output 'output': shape [2, 10]" in done.stdout
+    assert "median latency over 2 runs" in done.stdout and "conv" in done.stdout.lower()
+    done = subprocess.run([sys.executable, "-m", "rlxpy", "run", str(path), "--batch", "3", "--runs", "1"],
+                          capture_output=True, text=True, check=True)
+    assert "output 'output': shape [3, 10]" in done.stdout and "input [3, 1, 4000]" in done.stdout
+    bad = subprocess.run([sys.executable, "-m", "rlxpy", "run", str(path), "--input", "nope=x.npy"],
+                         capture_output=True, text=True)
+    assert bad.returncode != 0 and "NAME one of ['input']" in bad.stderr

@@ -14,7 +14,7 @@ from ..thunks.layout import blocked, lanes_of
 from ..thunks.records import ABSENT, Choice, Tiling
 from . import tensor
 from .choose import _lanes, chooser, reference
-from .dispatch import at, runs
+from .dispatch import NO_BIAS, _threads, at, runs
 
 ROW = 1 << 14       # floats per work item of a plain elementwise kernel (64 KiB: an L2-sized share)
 
@@ -64,7 +64,7 @@ def choose_batch_norm(rec, ctx: ChoiceContext) -> Choice:
 def choose_gemm(rec, ctx: ChoiceContext) -> Choice:
     if not ctx.config.fast_conv:
         return reference("linear", ctx.config)
-    return Choice("blas", "numpy matmul (BLAS) into y")
+    return Choice("blas", "single-threaded SGEMMs (SciPy's BLAS) split over the kernels' threads")
 
 
 @chooser(TR.Reduce)
@@ -102,7 +102,7 @@ def unary_fast(t, arena):
     g = t.record.geometry
     x, total, row, cb, c, v = _flat(t, arena, "x", g.shape)
     y = _flat(t, arena, "y", g.shape)[0]
-    return tensor.unary, (x, y, tensor.UNARY_CODE[g.fn], g.alpha, g.beta, total, row, cb, c, v)
+    return tensor.unary, (x, y, tensor.ACTIVATION[g.fn], g.alpha, g.beta, total, row, cb, c, v)
 
 
 @runs(TR.Unary, "naive")
@@ -123,7 +123,7 @@ def binary_fast(t, arena):
     g = t.record.geometry
     a, total, row, cb, c, v = _flat(t, arena, "a", g.y_shape)
     b, y = _flat(t, arena, "b", g.y_shape)[0], _flat(t, arena, "y", g.y_shape)[0]
-    return tensor.binary_same, (a, b, y, tensor.BINARY_CODE[g.fn], total, row, cb, c, v)
+    return tensor.binary_same, (a, b, y, tensor.ARITHMETIC[g.fn], total, row, cb, c, v)
 
 
 @runs(TR.Binary, "numpy")
@@ -183,8 +183,11 @@ def _matmul_views(t, arena):
 
 @runs(TR.MatMul, "blas")
 def matmul_fast(t, arena):
+    g = t.record.geometry
     a, b, y = _matmul_views(t, arena)
-    return (lambda: np.matmul(a, b, out=y)), ()
+    a_off, b_off = tensor.batch_offsets(g.a_shape, g.b_shape, g.y_shape)
+    return tensor.batched_matmul, (a.reshape(-1), b.reshape(-1), y.reshape(-1), a_off, b_off, g.a_shape[-2],
+                                   g.b_shape[-1], g.a_shape[-1])
 
 
 @runs(TR.MatMul, "naive")
@@ -207,12 +210,10 @@ def _linear_views(t, arena):
 @runs(TR.Linear, "blas")
 def linear_fast(t, arena):
     x, w, b, y = _linear_views(t, arena)
-
-    def run():
-        np.matmul(x, w.T, out=y)
-        if b is not None:
-            np.add(y, b, out=y)
-    return run, ()
+    rows, (o, k) = x.shape[0], w.shape
+    col_blocks = max(1, min(o, -(-4 * _threads() // rows)))     # some 4 items a worker
+    return tensor.linear, (x.reshape(-1), w.reshape(-1), NO_BIAS if b is None else b, y.reshape(-1), rows, k, o,
+                           col_blocks)
 
 
 @runs(TR.Linear, "naive")
