@@ -175,7 +175,9 @@ GUARD_CASES = {
     ("Im2Col", "parallel"): ({}, lambda g, v: g.im2col(v["x"], 3, padding=1), {"x": (2, 3, 5, 4)}, {}),
     ("ResizeNearest2x", "parallel"): ({}, lambda g, v: g.resize_nearest2x(v["x"]), {"x": (2, 3, 4, 5)}, {}),
     # the ops around the convs; the elementwise ones between blocked convs (lanes past C written)
-    ("Unary", "elementwise"): ({}, lambda g, v: g.conv(g.sigmoid(g.conv(v["x"], v["w"], padding=1)), v["w"], padding=1),
+    # (the first conv's output has two readers, so the sigmoid is not fused into it)
+    ("Unary", "elementwise"): ({}, lambda g, v: g.add(g.conv(g.sigmoid(a := g.conv(v["x"], v["w"], padding=1)), v["w"],
+                                                             padding=1), a),
                                {"x": (2, 11, 5, 4)}, {"w": (11, 11, 3, 3)}),
     ("Binary", "elementwise"): ({}, lambda g, v: g.conv(g.div(g.conv(v["x"], v["w"], padding=1), v["x"]), v["w"]),
                                 {"x": (2, 11, 5, 4)}, {"w": (11, 11, 3, 3)}),

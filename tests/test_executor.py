@@ -242,14 +242,14 @@ def test_1x1_unpadded_conv_lowers_to_conv2d1x1():
 
 
 def _assert_plain(obj, path):
-    """ints, strs, bools, tuples of ints, or frozen dataclasses made of those."""
+    """ints, floats, strs, bools, tuples of ints, or frozen dataclasses made of those."""
     import dataclasses
     if dataclasses.is_dataclass(obj):
         assert obj.__dataclass_params__.frozen, path
         for f in dataclasses.fields(obj):
             _assert_plain(getattr(obj, f.name), f"{path}.{f.name}")
     else:
-        assert isinstance(obj, (int, str, bool)) or all(isinstance(i, int) for i in obj), path
+        assert isinstance(obj, (int, float, str, bool)) or all(isinstance(i, int) for i in obj), path
 
 
 def test_records_are_frozen_plain_data(exe):

@@ -146,8 +146,8 @@ def test_batch_norm_after_a_conv_is_folded_into_it_and_explain_shows_both():
     for config, algos in ((rx.Config(), {"conv1": "im2col"}), (REFERENCE, None)):
         exe = rx.compile(g, config, algos=algos)
         np.testing.assert_allclose(exe.run({"x": xv})["y"], want, rtol=1e-5, atol=1e-5)
-        assert [t.node for t in exe.thunks] == ["conv1+bn1", "relu_0"]
-        assert "conv1+bn1" in exe.explain()
+        assert [t.node for t in exe.thunks] == ["conv1+bn1+relu_0"]      # the relu is its epilogue
+        assert "conv1+bn1+relu_0" in exe.explain()
     assert rx.compile(g, algos={"conv1": "im2col"}).thunks[0].algo == "im2col"    # the override follows the fold
 
 
@@ -163,3 +163,43 @@ def test_batch_norm_whose_conv_output_is_also_read_elsewhere_is_not_folded():
     xv = rand(rng, 1, 3, 6, 6)
     np.testing.assert_allclose(exe.run({"x": xv})["y"], rx.compile(g, REFERENCE).run({"x": xv})["y"],
                                rtol=1e-5, atol=1e-5)
+
+
+def _resnet_block(rng, c=11):
+    g = rx.Graph()
+    x = g.input("x", (None, c, 9, 8))
+    w1, w2 = (g.param(f"w{i}", rand(rng, c, c, 3, 3, scale=0.2)) for i in (1, 2))
+    a = g.relu(g.conv(x, w1, bias=g.param("b1", rand(rng, c)), padding=1, name="conv1"), name="relu1")
+    y = g.relu6(g.add(g.conv(a, w2, padding=1, name="conv2"), x, name="add"), name="relu6")
+    g.output("y", y)
+    return g
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=["fast", "reference"])
+def test_a_conv_takes_in_its_residual_add_and_activation(config):
+    """conv1 + relu and conv2 + add + relu6 run as one thunk each, named after the nodes
+    they cover, against PyTorch's unfused computation."""
+    rng = np.random.default_rng(74)
+    g = _resnet_block(rng)
+    exe = rx.compile(g, config)
+    assert [t.node for t in exe.thunks if t.algo != "reorder"] == ["conv1+relu1", "conv2+add+relu6"]
+    assert "then residual add + clip in one pass over y" in exe.explain()
+    xv = rand(rng, 2, 11, 9, 8)
+    p = {g.nodes[v].name: T(a) for v, a in g.params.items()}
+    xt = T(xv)
+    a = F.relu(F.conv2d(xt, p["w1"], p["b1"], padding=1))
+    want = torch.clamp(F.conv2d(a, p["w2"], padding=1) + xt, 0, 6).numpy()
+    np.testing.assert_allclose(exe.run({"x": xv})["y"], want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_conv_whose_output_is_read_elsewhere_is_not_fused():
+    rng = np.random.default_rng(75)
+    g = rx.Graph()
+    x = g.input("x", (1, 8, 6, 6))
+    c = g.conv(x, g.param("w", rand(rng, 8, 8, 3, 3)), padding=1, name="conv")
+    g.output("y", g.relu(c, name="relu"))
+    g.output("c", c)
+    exe = rx.compile(g)
+    assert "conv" in [t.node for t in exe.thunks] and "relu" in [t.node for t in exe.thunks]
+    out = exe.run({"x": rand(rng, 1, 8, 6, 6)})
+    np.testing.assert_array_equal(out["y"], np.maximum(out["c"], 0))

@@ -18,6 +18,7 @@ from .gemm import configure_threads
 
 class CpuBackend:
     name = "cpu"
+    fuses_epilogues = True     # a conv's residual add and activation run in its thunk (rewrite.fuse_epilogues)
 
     def threads(self, config: Config) -> int:
         """Sets numba's pool to RLX_NUM_THREADS (default: all cores) and BLAS to one thread per
@@ -36,7 +37,7 @@ class CpuBackend:
         graph output into a fresh array: no copy out of the arena, whose bytes the next run
         reuses. A weight that is a graph input (packed in the call) keeps the copy."""
         redirect = dispatch.OUTPUT_ARG.get((type(thunk.record), thunk.algo))
-        if redirect is None or dispatch.packs_every_run(thunk):
+        if redirect is None or dispatch.packs_every_run(thunk) or getattr(thunk.record, "fused", False):
             return None
         entry = table_kernel(dispatch.EXEC, thunk, "CPU")
 

@@ -20,7 +20,7 @@ from .backward import weight_grad_slot_floats
 from .conv2d import winograd_filter_floats, winograd_slot_floats
 from .conv3d import im2col_slot_floats
 from .conv_transpose import col2im_slot_floats
-from ..thunks.layout import blocked, lanes_of
+from ..thunks.layout import PLAIN, blocked, lanes_of
 from . import direct_simd, nchwc, nchwc_wgrad, simd, subpixel, winograd_f4
 
 CHOOSE: Dict[Type[R.Record], Callable[[R.Record, ChoiceContext], Choice]] = {}
@@ -37,6 +37,20 @@ TILE_BYTES = 1 << 20
 
 
 def choose(rec: R.Record, ctx: ChoiceContext) -> Choice:
+    """The kernel for a record; a conv with a fused epilogue also stores y in the layout
+    its kernel prefers (never plain instead) and reads the residual in that layout."""
+    ch = _choose(rec, ctx)
+    if not (isinstance(rec, R.ConvRecord) and rec.fused):
+        return ch
+    y_layout = ch.layout("y")
+    layouts = ch.layouts + ((("r", y_layout),) if rec.r != R.ABSENT and y_layout != PLAIN else ())
+    e = rec.epilogue
+    what = " + ".join((["residual add"] if rec.r != R.ABSENT else []) + ([e.act] if e.act else []))
+    return replace(ch, layouts=layouts, plain_ok=tuple(p for p in ch.plain_ok if p != "y"),
+                   why=f"{ch.why}; then {what} in one pass over y")
+
+
+def _choose(rec: R.Record, ctx: ChoiceContext) -> Choice:
     try:
         fn = CHOOSE[type(rec)]
     except KeyError:

@@ -27,9 +27,19 @@ NO_BIAS = np.zeros(0, np.float32)
 
 
 def bind(binder, t: Thunk, arena) -> Callable[[], None]:
-    """A table entry's (kernel, args) for this arena, as one call."""
+    """A table entry's (kernel, args) for this arena, as one call (then a fused conv's
+    epilogue pass over y)."""
     fn, args = binder(t, arena)
-    return partial(fn, *args)
+    call = partial(fn, *args)
+    if not getattr(t.record, "fused", False):
+        return call
+    from .tensor_dispatch import epilogue_pass
+    after = epilogue_pass(t, arena)
+
+    def run():
+        call()
+        after()
+    return run
 
 
 def at(t: Thunk, arena, role: str, shape) -> np.ndarray:

@@ -270,3 +270,18 @@ def batch_offsets(a_shape, b_shape, y_shape):
     ib = np.arange(int(np.prod(b_shape[:-2], dtype=np.int64))).reshape(b_shape[:-2]) if len(b_shape) > 2 else 0
     ia, ib = np.broadcast_to(ia, batch).reshape(-1), np.broadcast_to(ib, batch).reshape(-1)
     return (ia * a_shape[-2] * a_shape[-1]).astype(np.int64), (ib * b_shape[-2] * b_shape[-1]).astype(np.int64)
+
+
+@parallel_kernel
+def epilogue(y, r, f, alpha, beta, total, row_len, CB, C, V):
+    """A fused conv's epilogue, in place: y = f(y + r) (r empty: y = f(y)), rows and the
+    lanes past C as in unary."""
+    a32, b32 = np.float32(alpha), np.float32(beta)
+    has_r = r.size > 0
+    for row in prange((total + row_len - 1) // row_len):
+        base = row * row_len
+        end = min(total, base + row_len)
+        live = _live(row, CB, C, V)
+        for i in range(base, end):
+            v = y[i] + r[i] if has_r else y[i]
+            y[i] = f(v, a32, b32) if live == V or (i - base) % V < live else np.float32(0.0)

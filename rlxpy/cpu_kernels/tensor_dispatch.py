@@ -3,6 +3,7 @@ rlxpy.thunks.tensor_records, kernels in tensor.py), registered in the same table
 conv family's."""
 from __future__ import annotations
 
+from functools import partial
 from math import prod
 
 import numpy as np
@@ -331,3 +332,14 @@ def _concat(t, arena):
 
 for _t in TR.CONCAT.values():
     runs(_t, "naive")(_concat)
+
+
+def epilogue_pass(t, arena):
+    """A fused conv's y = act(y + r), one pass over y as stored (r in y's layout)."""
+    rec = t.record
+    e = rec.epilogue
+    shape = rec.geometry.y_shape
+    y, total, row, cb, c, v = _flat(t, arena, "y", shape)
+    r = _flat(t, arena, "r", shape)[0] if rec.r != ABSENT else NO_BIAS
+    f = tensor.ACTIVATION[e.act or "identity"]
+    return partial(tensor.epilogue, y, r, f, e.alpha, e.beta, total, row, cb, c, v)

@@ -16,12 +16,18 @@ from .shape import Dim, Pad, Shape, conv_out, fmt_shape, pool_out, transpose_out
 
 @dataclass(frozen=True, slots=True)
 class ConvAttrs:
-    """Conv (1-D / 2-D) and Conv3d; weight [C_out, C_in/groups, k...]."""
+    """Conv (1-D / 2-D) and Conv3d; weight [C_out, C_in/groups, k...]. A fused epilogue
+    (set by rlxpy.thunks.rewrite, not by the builder): y = act(conv + residual), the
+    residual an extra last input of y's shape."""
     stride: Tuple[int, ...]
     padding: Tuple[Pad, ...]
     dilation: Tuple[int, ...]
     groups: int
     has_bias: bool
+    act: str = ""
+    act_alpha: float = 0.0
+    act_beta: float = 0.0
+    has_residual: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,15 +173,27 @@ def _conv_family(node: str, a, x: Shape, w: Shape, b: Optional[Shape], nsp: int,
     return (x[0], c_out) + spatial
 
 
+def _forward_conv(node: str, a: ConvAttrs, x: Shape, w: Shape, rest, nsp: int) -> Shape:
+    """A forward conv's output shape; rest: the bias (has_bias), then the residual
+    (has_residual), which must have the output's shape."""
+    b = rest[0] if a.has_bias else None
+    y = _conv_family(node, a, x, w, b, nsp, transposed=False)
+    if a.has_residual:
+        r = rest[-1]
+        if len(r) != len(y) or any(_conflict(p, q) for p, q in zip(r, y)):
+            raise ValueError(f"{node}: the residual {fmt_shape(r)} must have the conv's output shape {fmt_shape(y)}")
+    return y
+
+
 @shape_rule("Conv")
-def infer_conv(node: str, a: ConvAttrs, x: Shape, w: Shape, b: Optional[Shape] = None) -> Shape:
+def infer_conv(node: str, a: ConvAttrs, x: Shape, w: Shape, *rest: Shape) -> Shape:
     _rank(node, "input", x, (3, 4))
-    return _conv_family(node, a, x, w, b, len(x) - 2, transposed=False)
+    return _forward_conv(node, a, x, w, rest, len(x) - 2)
 
 
 @shape_rule("Conv3d")
-def infer_conv3d(node: str, a: ConvAttrs, x: Shape, w: Shape, b: Optional[Shape] = None) -> Shape:
-    return _conv_family(node, a, x, w, b, 3, transposed=False)
+def infer_conv3d(node: str, a: ConvAttrs, x: Shape, w: Shape, *rest: Shape) -> Shape:
+    return _forward_conv(node, a, x, w, rest, 3)
 
 
 @shape_rule("ConvTranspose2d")

@@ -40,7 +40,16 @@ class LowerCtx:
 
 
 def _bias_id(node: Node) -> int:
-    return node.inputs[2] if len(node.inputs) > 2 else R.ABSENT
+    return node.inputs[2] if node.attrs.has_bias else R.ABSENT
+
+
+def _epilogue(node: Node) -> dict:
+    """A fused forward conv's residual and epilogue (rlxpy.thunks.rewrite), as record fields."""
+    a = node.attrs
+    if not (getattr(a, "has_residual", False) or getattr(a, "act", "")):
+        return {}
+    return dict(r=node.inputs[-1] if a.has_residual else R.ABSENT,
+                epilogue=R.Epilogue(a.act, a.act_alpha, a.act_beta))
 
 
 def _conv_geometry(node: Node, ctx: LowerCtx, x_vid: int, y_vid: int, kernel):
@@ -52,14 +61,16 @@ def compile_conv(node: Node, ctx: LowerCtx) -> R.Record:
     x, w = node.inputs[0], node.inputs[1]
     g = _conv_geometry(node, ctx, x, node.output, ctx.shape(w)[2:])
     record_type = R.Conv2D1x1 if g.is_pointwise else R.Conv2D
-    return record_type(node.name, g, x=x, w=w, b=_bias_id(node), y=node.output, weight_const=ctx.is_param(w))
+    return record_type(node.name, g, x=x, w=w, b=_bias_id(node), y=node.output, weight_const=ctx.is_param(w),
+                       **_epilogue(node))
 
 
 @compile_rule("Conv3d")
 def compile_conv3d(node: Node, ctx: LowerCtx) -> R.Record:
     x, w = node.inputs[0], node.inputs[1]
     g = _conv_geometry(node, ctx, x, node.output, ctx.shape(w)[2:])
-    return R.Conv3d(node.name, g, x=x, w=w, b=_bias_id(node), y=node.output, weight_const=ctx.is_param(w))
+    return R.Conv3d(node.name, g, x=x, w=w, b=_bias_id(node), y=node.output, weight_const=ctx.is_param(w),
+                    **_epilogue(node))
 
 
 def _compile_conv_transpose(record_type):

@@ -17,7 +17,7 @@ from .layout import PLAIN
 from .backend import Backend
 from .plan import Plan, build_plan
 from .records import Thunk
-from .rewrite import fold_batch_norms
+from .rewrite import fold_batch_norms, fuse_epilogues
 
 # explain() before any run binds each dynamic non-batch dim to the first of these sizes for
 # which every shape rule of the graph holds (a 5x5 kernel refuses an image of 1)
@@ -66,7 +66,10 @@ class Executable:
         # A snapshot: nodes added to the graph later do not change this executable.
         self._outputs = dict(graph.outputs)
         self._nodes, self._params, folded = fold_batch_norms(graph.nodes, graph.params, self._outputs)
-        # an override of a conv that took its batch norm in applies to the folded node
+        if getattr(backend, "fuses_epilogues", False):
+            self._nodes, fused = fuse_epilogues(self._nodes, self._outputs)
+            folded.update({name: folded.get(conv, conv) for name, conv in fused.items()})
+        # an override of a conv that took its batch norm (or its epilogue) in applies to the new node
         self.algos.update({name: self.algos[conv] for name, conv in folded.items() if conv in self.algos})
         self._input_dims = {name: self._nodes[v].shape for name, v in graph.inputs.items()}
         self._static_shapes = None if self.is_dynamic else {n: tuple(d) for n, d in self._input_dims.items()}

@@ -35,9 +35,23 @@ class Record:
 
 
 @dataclass(frozen=True, slots=True)
+class Epilogue:
+    """What a forward conv does to its output before it is stored: y = act(y + r), with
+    the residual r the record's `r` role (ABSENT: none) and act an activation of
+    rlxpy.ir.tensor_ops.UNARY ("": none). Set where the graph rewrite fused nodes."""
+    act: str = ""
+    alpha: float = 0.0
+    beta: float = 0.0
+
+
+NO_EPILOGUE = Epilogue()
+
+
+@dataclass(frozen=True, slots=True)
 class ConvRecord(Record):
-    """A forward conv-family record: x, w, optional b -> y."""
-    INPUTS: ClassVar = ("x", "w", "b")
+    """A conv-family record: x, w, optional b (and for a fused forward conv a residual r)
+    -> y."""
+    INPUTS: ClassVar = ("x", "w", "b", "r")
     OUTPUTS: ClassVar = ("y",)
     geometry: ConvGeometry
     x: int
@@ -45,6 +59,12 @@ class ConvRecord(Record):
     b: int
     y: int
     weight_const: bool   # the weight is a param: data derived from it is computed once per arena
+    r: int = ABSENT
+    epilogue: Epilogue = NO_EPILOGUE
+
+    @property
+    def fused(self) -> bool:
+        return self.r != ABSENT or self.epilogue.act != ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,3 +63,47 @@ def fold_batch_norms(nodes, params: Dict[int, np.ndarray], outputs) -> Tuple[tup
                         bn.shape)
         folded[name] = conv.name
     return tuple(nodes), params, folded
+
+
+# activations a conv's epilogue applies (rlxpy.ir.tensor_ops.UNARY, less identity)
+EPILOGUE_ACTS = ("relu", "leaky_relu", "clip", "sigmoid", "hardsigmoid", "hardswish", "silu", "gelu", "gelu_tanh",
+                 "tanh", "erf")
+
+
+def fuse_epilogues(nodes, outputs) -> Tuple[tuple, Dict[str, str]]:
+    """(nodes, {fused node name: the conv's name}): a forward conv whose only reader is an
+    add of a same-shape value (the residual of a ResNet block) and/or an activation (whose
+    only reader... the next) becomes one conv node with that epilogue, named after every
+    node it covers ("conv+add+relu"). It takes the last covered node's place and value
+    id; the nodes it covers, now unread, are dropped by the plan."""
+    nodes = list(nodes)
+    readers = _readers(nodes, outputs)
+    consumer: Dict[int, int] = {}
+    for k, n in enumerate(nodes):
+        for v in n.inputs:
+            consumer[v] = k
+    fused: Dict[str, str] = {}
+    for i, conv in enumerate(list(nodes)):
+        if conv.op not in CONVS or conv.attrs.act or conv.attrs.has_residual:
+            continue
+        names, at, residual, act = [conv.name], i, None, None
+        nxt = nodes[consumer[at]] if readers.get(at) == 1 and at in consumer and at not in outputs.values() else None
+        if nxt is not None and nxt.op == "Binary" and nxt.attrs.fn == "add":
+            other = [v for v in nxt.inputs if v != at]
+            if len(other) == 1 and tuple(nodes[other[0]].shape) == tuple(conv.shape):
+                residual, at = other[0], nxt.output
+                names.append(nxt.name)
+                nxt = nodes[consumer[at]] if readers.get(at) == 1 and at in consumer and at not in outputs.values() \
+                    else None
+        if nxt is not None and nxt.op == "Unary" and nxt.attrs.fn in EPILOGUE_ACTS:
+            act, at = nxt.attrs, nxt.output
+            names.append(nxt.name)
+        if len(names) == 1:
+            continue
+        attrs = replace(conv.attrs, has_residual=residual is not None, act=act.fn if act else "",
+                        act_alpha=act.alpha if act else 0.0, act_beta=act.beta if act else 0.0)
+        name = "+".join(names)
+        nodes[at] = Node(name, conv.op, attrs, conv.inputs + ((residual,) if residual is not None else ()), at,
+                         nodes[at].shape)
+        fused[name] = conv.name
+    return tuple(nodes), fused
