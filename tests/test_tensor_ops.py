@@ -165,31 +165,39 @@ def test_batch_norm_whose_conv_output_is_also_read_elsewhere_is_not_folded():
                                rtol=1e-5, atol=1e-5)
 
 
-def _resnet_block(rng, c=11):
+def _resnet_block(rng, last, c=16):
     g = rx.Graph()
     x = g.input("x", (None, c, 9, 8))
     w1, w2 = (g.param(f"w{i}", rand(rng, c, c, 3, 3, scale=0.2)) for i in (1, 2))
     a = g.relu(g.conv(x, w1, bias=g.param("b1", rand(rng, c)), padding=1, name="conv1"), name="relu1")
-    y = g.relu6(g.add(g.conv(a, w2, padding=1, name="conv2"), x, name="add"), name="relu6")
+    y = getattr(g, last)(g.add(g.conv(a, w2, padding=1, name="conv2"), x, name="add"), name="act")
     g.output("y", y)
     return g
 
 
+@pytest.mark.parametrize("last, torch_fn, native", [("relu6", F.relu6, True), ("gelu", F.gelu, False)])
 @pytest.mark.parametrize("config", CONFIGS, ids=["fast", "reference"])
-def test_a_conv_takes_in_its_residual_add_and_activation(config):
-    """conv1 + relu and conv2 + add + relu6 run as one thunk each, named after the nodes
-    they cover, against PyTorch's unfused computation."""
+def test_a_conv_takes_in_its_residual_add_and_activation(config, last, torch_fn, native):
+    """conv1 + relu and conv2 + add + (relu6 | gelu) run as one thunk each, named after the
+    nodes they cover, against PyTorch's unfused computation. The blocked conv applies relu,
+    clip and the residual in its store; other activations (and other kernels) take a pass
+    over y after the kernel."""
+    from rlxpy.cpu_kernels import dispatch
     rng = np.random.default_rng(74)
-    g = _resnet_block(rng)
-    exe = rx.compile(g, config)
-    assert [t.node for t in exe.thunks if t.algo != "reorder"] == ["conv1+relu1", "conv2+add+relu6"]
-    assert "then residual add + clip in one pass over y" in exe.explain()
-    xv = rand(rng, 2, 11, 9, 8)
+    g = _resnet_block(rng, last)
+    exe = rx.compile(g, config, plan_memory=False, guard_bytes=256)      # and it writes only y
+    fused = [t for t in exe.thunks if t.algo != "reorder"]
+    assert [t.node for t in fused] == ["conv1+relu1", "conv2+add+act"]
+    assert "then residual add + " in exe.explain()
+    if config.fast_conv:
+        assert [dispatch.native_epilogue(t) for t in fused] == [True, native]
+    xv = rand(rng, 2, 16, 9, 8)
     p = {g.nodes[v].name: T(a) for v, a in g.params.items()}
     xt = T(xv)
     a = F.relu(F.conv2d(xt, p["w1"], p["b1"], padding=1))
-    want = torch.clamp(F.conv2d(a, p["w2"], padding=1) + xt, 0, 6).numpy()
+    want = torch_fn(F.conv2d(a, p["w2"], padding=1) + xt).numpy()
     np.testing.assert_allclose(exe.run({"x": xv})["y"], want, rtol=1e-4, atol=1e-5)
+    assert exe.guard_violations() == []
 
 
 def test_a_conv_whose_output_is_read_elsewhere_is_not_fused():

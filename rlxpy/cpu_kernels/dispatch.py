@@ -31,7 +31,7 @@ def bind(binder, t: Thunk, arena) -> Callable[[], None]:
     epilogue pass over y)."""
     fn, args = binder(t, arena)
     call = partial(fn, *args)
-    if not getattr(t.record, "fused", False):
+    if not getattr(t.record, "fused", False) or native_epilogue(t):
         return call
     from .tensor_dispatch import epilogue_pass
     after = epilogue_pass(t, arena)
@@ -286,6 +286,27 @@ def _nchwc_pack_args(t, arena):
             simd.lanes(lanes))
 
 
+NATIVE_ACTS = {"": 0, "relu": 1, "clip": 1}      # the epilogues nchwc.conv applies in its store
+
+
+def native_epilogue(t: Thunk) -> bool:
+    """Whether the thunk's kernel applies its fused epilogue in its own store (else a pass
+    over y follows it): nchwc_direct writing blocked y, residual add and relu / clip."""
+    rec = t.record
+    return (getattr(rec, "fused", False) and t.algo == "nchwc_direct" and type(rec) in (R.Conv2D, R.Conv2D1x1, R.Conv3d)
+            and rec.epilogue.act in NATIVE_ACTS and t.layout("y") != PLAIN)
+
+
+def _epi_args(t: Thunk, arena):
+    """nchwc.conv's epi argument for the thunk: its epilogue where native, else none."""
+    if not native_epilogue(t):
+        return nchwc.epilogue_args(0, 0.0, 0.0, arena, -1)
+    e = t.record.epilogue
+    lo, hi = (0.0, np.inf) if e.act == "relu" else (e.alpha, e.beta)
+    r0 = t.off("r") // 4 if t.record.r != ABSENT else -1       # r is stored as y is: the same index from r0
+    return nchwc.epilogue_args(NATIVE_ACTS[e.act], lo, hi, arena, r0)
+
+
 @prepares(R.Conv2D, "nchwc_direct")
 @prepares(R.Conv2D1x1, "nchwc_direct")
 @prepares(R.Conv3d, "nchwc_direct")
@@ -301,7 +322,8 @@ def conv_nchwc_direct(t, arena):
     g = t.record.geometry.lifted(3)
     lanes = t.tiling.lanes
     args = (arena, t.off("x") // 4, t.persistent_off // 4, *_y_args(t, arena), g.y_shape[1], g.x_shape[0],
-            *_geometry_args(g), g.groups, *nchwc.group_blocks(g, lanes), t.tiling.tile, simd.lanes(lanes))
+            *_geometry_args(g), g.groups, *nchwc.group_blocks(g, lanes), t.tiling.tile, _epi_args(t, arena),
+            simd.lanes(lanes))
     return with_weights(nchwc.conv, args, t, nchwc.pack, _nchwc_pack_args(t, arena))
 
 
@@ -444,7 +466,7 @@ def _transposed_nchwc(t, arena):
     lanes = t.tiling.lanes
     args = (arena, t.off(x_role) // 4, t.persistent_off // 4, *_y_args(t, arena, y_role), g.y_shape[1],
             g.x_shape[0], *_geometry_args(g), g.groups, *nchwc.group_blocks(g, lanes), t.tiling.tile,
-            simd.lanes(lanes))
+            nchwc.epilogue_args(0, 0.0, 0.0, arena, -1), simd.lanes(lanes))
     pack = (w, bias, arena, t.persistent_off // 4, g.groups, *nchwc.group_blocks(g, lanes), simd.lanes(lanes))
     return args, pack
 
@@ -484,7 +506,8 @@ def _subpixel(t, arena):
         g3 = ph.geometry.lifted(3)
         cbg, ocbg = nchwc.group_blocks(g3, lanes)
         conv = (arena, t.off(in_role) // 4, p0, arena, t.scratch_off // 4, False, g3.y_shape[1], g3.x_shape[0],
-                *_geometry_args(g3), g3.groups, cbg, ocbg, nchwc.items(g3, lanes, threads), simd.lanes(lanes))
+                *_geometry_args(g3), g3.groups, cbg, ocbg, nchwc.items(g3, lanes, threads),
+                nchwc.epilogue_args(0, 0.0, 0.0, arena, -1), simd.lanes(lanes))
         lift = 3 - len(ph.first)
         move = (arena, t.scratch_off // 4, t.off(out_role) // 4, g3.x_shape[0], ocbg * g3.groups, *g3.y_shape[2:],
                 *out_sp, *((0,) * lift + ph.first), *((1,) * lift + ph.step), simd.lanes(lanes))

@@ -23,7 +23,8 @@ import numpy as np
 from numba import prange
 
 from .jit import inlined, parallel_kernel
-from .simd import nlanes, vadd, vbcast, vfma, vload, vmax, vmul, vsplat, vstore, vstore_columns, vtranspose, vzero
+from .simd import (nlanes, vadd, vbcast, vfma, vload, vmax, vmin, vmul, vsplat, vstore, vstore_columns, vtranspose,
+                   vzero)
 
 TP = 6          # output pixels per tile
 BLOCKS = 2      # blocks of V output channels per tile
@@ -234,38 +235,66 @@ def _tile_inside(live, ih_0, iw_0, ih_5, iw_5, H, Wi, KH, KW, dh, dw, OW, sw, pw
     return _inside(ih_0, (OW - 1) * sw - pw, H, Wi, KH, KW, dh, dw) and _inside(ih_5, -pw, H, Wi, KH, KW, dh, dw)
 
 
+# A conv's epilogue in its store (blocked y only): y = clamp(y + r, lo, hi) per vector, the
+# residual r read at y's own index of array ra from r0 (r0 < 0: none). kind 0: none, 1:
+# clamp (relu is lo = 0, hi = inf). vmax/vmin keep a NaN, as torch.relu and clamp do.
+def epilogue_args(kind: int, lo: float, hi: float, ra, r0: int) -> tuple:
+    """The `epi` argument of conv, from Python (kind 0 and r0 = -1: none)."""
+    return (int(kind), np.float32(lo), np.float32(hi), ra, int(r0))
+
+
 @inlined
-def _put_tile(ya, y0, y_plain, n, ob0, ob1, two, q0, live, K, P, OCB, bv0, bv1, acc, L):
-    """A tile's live pixels, of one or two channel blocks (+ bias), blocked or plain."""
+def no_epi(ra):
+    """No epilogue, inside a kernel (ra: any float32 array of it, never read)."""
+    return (0, np.float32(0.0), np.float32(0.0), ra, -1)
+
+
+@inlined
+def _epi(v, at, epi, L):
+    """v after the epilogue, for the pixel vector stored at y index `at`."""
+    kind, lo, hi, ra, r0 = epi
+    if r0 >= 0:
+        v = vadd(v, vload(ra, r0 + at, L))
+    if kind == 1:
+        v = vmin(vmax(v, vsplat(lo, L)), vsplat(hi, L))
+    return v
+
+
+@inlined
+def _put_tile(ya, y0, y_plain, n, ob0, ob1, two, q0, live, K, P, OCB, bv0, bv1, acc, epi, L):
+    """A tile's live pixels, of one or two channel blocks (+ bias, then the epilogue),
+    blocked or plain."""
     a00, a01, a10, a11, a20, a21, a30, a31, a40, a41, a50, a51 = acc
     _put_block(ya, y0, y_plain, n, ob0, OCB, K, P, q0, live, vadd(a00, bv0), vadd(a10, bv0), vadd(a20, bv0),
-               vadd(a30, bv0), vadd(a40, bv0), vadd(a50, bv0), L)
+               vadd(a30, bv0), vadd(a40, bv0), vadd(a50, bv0), epi, L)
     if two:
         _put_block(ya, y0, y_plain, n, ob1, OCB, K, P, q0, live, vadd(a01, bv1), vadd(a11, bv1), vadd(a21, bv1),
-                   vadd(a31, bv1), vadd(a41, bv1), vadd(a51, bv1), L)
+                   vadd(a31, bv1), vadd(a41, bv1), vadd(a51, bv1), epi, L)
 
 
 @inlined
-def _put_block(ya, y0, y_plain, n, cb, CB, C, P, q0, live, r0, r1, r2, r3, r4, r5, L):
+def _put_block(ya, y0, y_plain, n, cb, CB, C, P, q0, live, r0, r1, r2, r3, r4, r5, epi, L):
     """The live ones of 6 pixels (from q0) of channel block cb: vector stores into blocked y
-    [N, CB, P, V], or into plain y [N, C, P] (a graph output needs no reorder) transposed in
-    registers and stored as up to V rows of `live` pixels."""
+    [N, CB, P, V] (after the epilogue: no_epi for none), or into plain y [N, C, P] (a graph
+    output needs no reorder; no epilogue there) transposed in registers and stored as up to
+    V rows of `live` pixels."""
     V = nlanes(L)
     if y_plain:
         vstore_columns(ya, y0 + (n * C + cb * V) * P + q0, P, min(V, C - cb * V), live, r0, r1, r2, r3, r4, r5)
         return
-    yq = y0 + ((n * CB + cb) * P + q0) * V
-    vstore(ya, yq, r0)
+    at = ((n * CB + cb) * P + q0) * V
+    yq = y0 + at
+    vstore(ya, yq, _epi(r0, at, epi, L))
     if live > 1:
-        vstore(ya, yq + V, r1)
+        vstore(ya, yq + V, _epi(r1, at + V, epi, L))
     if live > 2:
-        vstore(ya, yq + 2 * V, r2)
+        vstore(ya, yq + 2 * V, _epi(r2, at + 2 * V, epi, L))
     if live > 3:
-        vstore(ya, yq + 3 * V, r3)
+        vstore(ya, yq + 3 * V, _epi(r3, at + 3 * V, epi, L))
     if live > 4:
-        vstore(ya, yq + 4 * V, r4)
+        vstore(ya, yq + 4 * V, _epi(r4, at + 4 * V, epi, L))
     if live > 5:
-        vstore(ya, yq + 5 * V, r5)
+        vstore(ya, yq + 5 * V, _epi(r5, at + 5 * V, epi, L))
 
 
 @inlined
@@ -332,12 +361,12 @@ def _item(it, chunks, pairs, groups):
 
 @parallel_kernel
 def conv(a, x0, p0, ya, y0, y_plain, K, N, D, H, Wi, OD, OH, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw,
-         groups, CBg, OCBg, chunk, L):
+         groups, CBg, OCBg, chunk, epi, L):
     """y (in ya at y0: blocked, or plain [N, K, OD, OH, OW] when y_plain; ya is a, or a graph
     output's own array) = conv of x (blocked, in a at x0) with the packed weights and bias
     at p0 (pack). 2-D (and 1-D) convs come with D = OD = KD = 1: a 3-D conv is the sum over
     its depth taps of 2-D convs of input planes. Work items: (image, group, pair of output
-    blocks, output plane, chunk of pixels)."""
+    blocks, output plane, chunk of pixels). epi: the fused epilogue (_epi, epilogue_args; no_epi)."""
     V = nlanes(L)
     P = OH * OW
     CB = CBg * groups
@@ -380,7 +409,7 @@ def conv(a, x0, p0, ya, y0, y_plain, K, N, D, H, Wi, OD, OH, OW, KD, KH, KW, sd,
                                 acc = _fma_6x2(a, o0 + ci, o1 + ci, o2 + ci, o3 + ci, o4 + ci, o5 + ci,
                                                vload(a, wb0 + wt + ci * V, L), vload(a, wb1 + wt + ci * V, L), acc, L)
             _put_tile(ya, y0, y_plain, n, ob0, ob1, two, od * P + q0, live, K, OD * P, OCB,
-                      vload(a, bias0 + ob0 * V, L), vload(a, bias0 + ob1 * V, L), acc, L)
+                      vload(a, bias0 + ob0 * V, L), vload(a, bias0 + ob1 * V, L), acc, epi, L)
 
 
 # --- few input channels: x read plain ---------------------------------------------------
@@ -468,7 +497,7 @@ def conv_plain_in(a, x0, p0, ya, y0, y_plain, K, N, C, D, H, Wi, OD, OH, OW, KD,
                                            acc, L)
                             o0, o1, o2, o3, o4, o5 = o0 + dw, o1 + dw, o2 + dw, o3 + dw, o4 + dw, o5 + dw
             _put_tile(ya, y0, y_plain, n, ob0, ob1, two, od * P + q0, live, K, OD * P, OCB,
-                      vload(a, bias0 + ob0 * V, L), vload(a, bias0 + ob1 * V, L), acc, L)
+                      vload(a, bias0 + ob0 * V, L), vload(a, bias0 + ob1 * V, L), acc, no_epi(a), L)
 
 
 # --- one block of channels at a time: pooling, depthwise -------------------------------------
@@ -547,7 +576,7 @@ def pool(a, x0, ya, y0, y_plain, C, N, D, H, Wi, OD, OH, OW, KD, KH, KW, sd, sh,
             r3 = _pool_pixel(a, xb, org[6], org[7], win, L)
             r4 = _pool_pixel(a, xb, org[8], org[9], win, L)
             r5 = _pool_pixel(a, xb, org[10], org[11], win, L)
-            _put_block(ya, y0, y_plain, n, cb, CB, C, OD * P, od * P + q0, live, r0, r1, r2, r3, r4, r5, L)
+            _put_block(ya, y0, y_plain, n, cb, CB, C, OD * P, od * P + q0, live, r0, r1, r2, r3, r4, r5, no_epi(ya), L)
 
 
 def depthwise_eligible(g):
@@ -626,7 +655,7 @@ def depthwise(a, x0, p0, ya, y0, y_plain, C, N, D, H, Wi, OD, OH, OW, KD, KH, KW
                         r3 = vfma(vload(a, o3, L), w, r3)
                         r4 = vfma(vload(a, o4, L), w, r4)
                         r5 = vfma(vload(a, o5, L), w, r5)
-            _put_block(ya, y0, y_plain, n, cb, CB, C, OD * P, od * P + q0, live, r0, r1, r2, r3, r4, r5, L)
+            _put_block(ya, y0, y_plain, n, cb, CB, C, OD * P, od * P + q0, live, r0, r1, r2, r3, r4, r5, no_epi(ya), L)
 
 
 @parallel_kernel
