@@ -211,3 +211,24 @@ def test_a_conv_whose_output_is_read_elsewhere_is_not_fused():
     assert "conv" in [t.node for t in exe.thunks] and "relu" in [t.node for t in exe.thunks]
     out = exe.run({"x": rand(rng, 1, 8, 6, 6)})
     np.testing.assert_array_equal(out["y"], np.maximum(out["c"], 0))
+
+
+def test_a_concat_of_whole_channel_blocks_between_blocked_convs_needs_no_reorder():
+    """A UNet's skip: conv outputs and the input concatenated on the channels (16, 8 and
+    16: whole blocks of 8) feed a conv; with 5 channels in one input it is a plain copy
+    with reorders around it. Both against the reference."""
+    rng = np.random.default_rng(76)
+    for c_skip, blocked in ((16, True), (5, False)):
+        g = rx.Graph()
+        x = g.input("x", (None, c_skip, 9, 8))
+        a = g.relu(g.conv(x, g.param("w1", rand(rng, 16, c_skip, 3, 3, scale=0.2)), padding=1))
+        b = g.conv(x, g.param("w2", rand(rng, 8, c_skip, 3, 3, scale=0.2)), padding=1)
+        c = g.concat([a, b, x], 1, name="skip")
+        g.output("y", g.conv(c, g.param("w3", rand(rng, 16, 24 + c_skip, 3, 3, scale=0.2)), padding=1))
+        exe = rx.compile(g, rx.Config(simd_width=8))
+        th = {t.node: t for t in exe.thunks}
+        assert th["skip"].algo == ("nchwc_concat" if blocked else "naive"), exe.explain()
+        assert ("reorder" in [t.algo for t in exe.thunks]) != blocked
+        xv = rand(rng, 2, c_skip, 9, 8)
+        ref = rx.compile(g, REFERENCE).run({"x": xv})["y"]
+        np.testing.assert_allclose(exe.run({"x": xv})["y"], ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())

@@ -80,8 +80,24 @@ def _move(rec, ctx: ChoiceContext) -> Choice:
     return Choice("naive", "data movement: numpy copy into the arena (its only kernel)")
 
 
-for _t in (TR.Reshape, TR.Transpose, TR.Slice, TR.Pad, *TR.CONCAT.values()):
+def _concat_choice(rec, ctx: ChoiceContext) -> Choice:
+    """Along the channels between blocked neighbours, with every input's channels whole
+    blocks: a copy of whole blocks, no reorder around it; else the plain copy."""
+    lanes = _lanes(ctx)
+    g = rec.geometry
+    axis, sizes = g.params
+    if (ctx.config.fast_conv and ctx.near_blocked and lanes > 1 and axis == 1 and _blockable(g.y_shape)
+            and all(c % lanes == 0 for c in sizes)):
+        return Choice("nchwc_concat", f"channels of whole NCHW{lanes}c blocks between blocked neighbours: "
+                                      f"block copies", tiling=Tiling(lanes=lanes),
+                      layouts=tuple((r, blocked(lanes)) for r in rec.roles()))
+    return _move(rec, ctx)
+
+
+for _t in (TR.Reshape, TR.Transpose, TR.Slice, TR.Pad):
     chooser(_t)(_move)
+for _t in TR.CONCAT.values():
+    chooser(_t)(_concat_choice)
 
 
 # --- binders -------------------------------------------------------------------------------------
@@ -330,8 +346,20 @@ def _concat(t, arena):
     return (lambda: np.concatenate(xs, axis=axis, out=y)), ()
 
 
+def _blocked_concat(t, arena):
+    """Blocked inputs [N, C_i/V, S*V] into blocked y [N, C/V, S*V] along the blocks."""
+    g = t.record.geometry
+    axis, sizes = g.params
+    v = lanes_of(t.layout("y"))
+    n, s = g.y_shape[0], prod(g.y_shape[2:])
+    xs = tuple(at(t, arena, f"x{i}", (n, c // v, s * v)) for i, c in enumerate(sizes))
+    y = at(t, arena, "y", (n, g.y_shape[1] // v, s * v))
+    return (lambda: np.concatenate(xs, axis=1, out=y)), ()
+
+
 for _t in TR.CONCAT.values():
     runs(_t, "naive")(_concat)
+    runs(_t, "nchwc_concat")(_blocked_concat)
 
 
 def epilogue_pass(t, arena):
