@@ -60,8 +60,10 @@ def load(model, name: Optional[str] = None) -> Graph:
 
 
 def _attrs(node) -> dict:
+    """A node's attributes; string attributes as str (onnx gives bytes)."""
     import onnx
-    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    values = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    return {k: v.decode() if isinstance(v, bytes) else v for k, v in values.items()}
 
 
 class _Importer:
@@ -300,8 +302,7 @@ def _reshape_target(imp, node, a, in_shape) -> List[int]:
 def _spatial_pads(imp, node, a, x_shape, kernel, strides, dilations):
     """ONNX pads [b1, b2, ..., e1, e2, ...] or auto_pad, as ((b, e), ...)."""
     n = len(kernel)
-    auto = a.get("auto_pad", b"NOTSET")
-    auto = auto.decode() if isinstance(auto, bytes) else auto
+    auto = a.get("auto_pad", "NOTSET")
     if auto in ("NOTSET", ""):
         pads = list(a.get("pads", [0] * (2 * n)))
         return tuple((pads[i], pads[i + n]) for i in range(n))
@@ -350,8 +351,7 @@ def _conv_transpose(imp, node, a):
     strides = list(a.get("strides", [1] * n))
     dilations = list(a.get("dilations", [1] * n))
     out_pad = list(a.get("output_padding", [0] * n))
-    auto = a.get("auto_pad", b"NOTSET")
-    auto = auto.decode() if isinstance(auto, bytes) else auto
+    auto = a.get("auto_pad", "NOTSET")
     label = imp.name_of(node)
     if "output_shape" in a or auto in ("SAME_UPPER", "SAME_LOWER"):
         # the spec: total_padding = stride*(in-1) + output_padding + (k-1)*d + 1 - output_shape
@@ -411,8 +411,7 @@ def _global_pool(imp, node, a):
 def _resize(imp, node, a):
     label = imp.name_of(node)
     x = imp.value(node.input[0], "Resize input")
-    mode = a.get("mode", b"nearest")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
+    mode = a.get("mode", "nearest")
     if mode != "nearest":
         raise OnnxImportError(f"{label} ({node.op_type}): mode {mode!r}; rlxpy imports nearest only")
     if node.op_type == "Upsample":
@@ -422,10 +421,8 @@ def _resize(imp, node, a):
         sizes = imp.constant(node, 3, "sizes")
         if (scales is None or np.asarray(scales).size == 0) and sizes is not None:
             scales = [s / d if isinstance(d, int) else None for s, d in zip(_ints(sizes), x.shape)]
-        ctm = a.get("coordinate_transformation_mode", b"half_pixel")
-        ctm = ctm.decode() if isinstance(ctm, bytes) else ctm
-        nm = a.get("nearest_mode", b"round_prefer_floor")
-        nm = nm.decode() if isinstance(nm, bytes) else nm
+        ctm = a.get("coordinate_transformation_mode", "half_pixel")
+        nm = a.get("nearest_mode", "round_prefer_floor")
         ok = {"asymmetric": ("floor", "round_prefer_floor"),
               "half_pixel": ("floor", "round_prefer_floor", "round_prefer_ceil"),
               "pytorch_half_pixel": ("floor", "round_prefer_floor", "round_prefer_ceil")}
@@ -468,8 +465,7 @@ def _hardsigmoid(imp, node, a):
 
 @_builds("Gelu")
 def _gelu(imp, node, a):
-    approx = a.get("approximate", b"none")
-    approx = approx.decode() if isinstance(approx, bytes) else approx
+    approx = a.get("approximate", "none")
     return imp.g.gelu(imp.value(node.input[0], "Gelu"), approximate=approx, name=imp.name_of(node))
 
 
@@ -608,8 +604,7 @@ def _slice(imp, node, a):
 @_builds("Pad")
 def _pad(imp, node, a):
     x = imp.value(node.input[0], "Pad")
-    mode = a.get("mode", b"constant")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
+    mode = a.get("mode", "constant")
     if mode not in ("constant", "reflect", "edge"):
         raise OnnxImportError(f"{imp.name_of(node)} (Pad): mode {mode!r}; rlxpy imports constant, reflect, edge")
     r = len(x.shape)

@@ -189,6 +189,11 @@ _FORCED_TRANSPOSED_NCHWC = _forced(lambda rec, ctx: transposed_nchwc_choice(rec,
                                    lambda rec, ctx: transposed_reason(rec, lambda g: nchwc.eligible(g, _lanes(ctx))))
 _FORCED_DEPTHWISE = _forced(lambda rec, ctx: depthwise_choice(rec.geometry, ctx, f"{_WHY}=nchwc_depthwise"),
                             _of_geometry(nchwc.depthwise_eligible))
+def _forced_parallel(family: str):
+    """An RLX_CONV_ALGO=parallel entry: the per-plane kernel of a family."""
+    return lambda rec, ctx: parallel(family, ctx.config, f"{_WHY}=parallel: over the N*C planes")
+
+
 _FORCED_SUBPIXEL = _forced(lambda rec, ctx: subpixel_choice(rec, ctx, f"{_WHY}=nchwc_subpixel"),
                            lambda rec, ctx: subpixel.eligible(rec, _lanes(ctx)))
 _FORCED_TRANSPOSED_F4 = _forced(lambda rec, ctx: transposed_f4_choice(rec, ctx, f"{_WHY}=winograd_f4"),
@@ -233,12 +238,11 @@ FORCED = {
     (R.Conv2dBackwardInput, "nchwc_direct"): _FORCED_TRANSPOSED_NCHWC,
     (R.Conv2D, "winograd_f4"): _forced(lambda rec, ctx: winograd_f4_choice(rec.geometry, ctx, f"{_WHY}=winograd_f4"),
                                        _of_geometry(winograd_f4.eligible)),
-    (R.Pool2D, "parallel"): lambda rec, ctx: parallel("pool2d", ctx.config, f"{_WHY}=parallel: over the N*C planes"),
-    (R.MaxPool2dBackward, "parallel"): lambda rec, ctx: parallel("max_pool2d_backward", ctx.config,
-                                                                 f"{_WHY}=parallel: over the N*C planes"),
+    (R.Pool2D, "parallel"): _forced_parallel("pool2d"),
+    (R.MaxPool2dBackward, "parallel"): _forced_parallel("max_pool2d_backward"),
     (R.MaxPool2dBackward, "nchwc_pool_backward"): lambda rec, ctx: pool_backward_choice(rec, ctx,
                                                                                         f"{_WHY}=nchwc_pool_backward"),
-    (R.Pool3D, "parallel"): lambda rec, ctx: parallel("pool3d", ctx.config, f"{_WHY}=parallel: over the N*C planes"),
+    (R.Pool3D, "parallel"): _forced_parallel("pool3d"),
     (R.Pool2D, "nchwc_pool"): lambda rec, ctx: nchwc_pool_choice(rec, ctx),     # defined below
     (R.Pool3D, "nchwc_pool"): lambda rec, ctx: nchwc_pool_choice(rec, ctx),
     (R.Conv3d, "nchwc_direct"): _FORCED_NCHWC,

@@ -33,8 +33,7 @@ def bind(binder, t: Thunk, arena) -> Callable[[], None]:
     call = partial(fn, *args)
     if not getattr(t.record, "fused", False) or native_epilogue(t):
         return call
-    from .tensor_dispatch import epilogue_pass
-    after = epilogue_pass(t, arena)
+    after = tensor_dispatch.epilogue_pass(t, arena)      # (imported at the end of this module)
 
     def run():
         call()
@@ -300,7 +299,7 @@ def native_epilogue(t: Thunk) -> bool:
 def _epi_args(t: Thunk, arena):
     """nchwc.conv's epi argument for the thunk: its epilogue where native, else none."""
     if not native_epilogue(t):
-        return nchwc.epilogue_args(0, 0.0, 0.0, arena, -1)
+        return nchwc.no_epilogue_args(arena)
     e = t.record.epilogue
     lo, hi = (0.0, np.inf) if e.act == "relu" else (e.alpha, e.beta)
     r0 = t.off("r") // 4 if t.record.r != ABSENT else -1       # r is stored as y is: the same index from r0
@@ -466,7 +465,7 @@ def _transposed_nchwc(t, arena):
     lanes = t.tiling.lanes
     args = (arena, t.off(x_role) // 4, t.persistent_off // 4, *_y_args(t, arena, y_role), g.y_shape[1],
             g.x_shape[0], *_geometry_args(g), g.groups, *nchwc.group_blocks(g, lanes), t.tiling.tile,
-            nchwc.epilogue_args(0, 0.0, 0.0, arena, -1), simd.lanes(lanes))
+            nchwc.no_epilogue_args(arena), simd.lanes(lanes))
     pack = (w, bias, arena, t.persistent_off // 4, g.groups, *nchwc.group_blocks(g, lanes), simd.lanes(lanes))
     return args, pack
 
@@ -507,7 +506,7 @@ def _subpixel(t, arena):
         cbg, ocbg = nchwc.group_blocks(g3, lanes)
         conv = (arena, t.off(in_role) // 4, p0, arena, t.scratch_off // 4, False, g3.y_shape[1], g3.x_shape[0],
                 *_geometry_args(g3), g3.groups, cbg, ocbg, nchwc.items(g3, lanes, threads),
-                nchwc.epilogue_args(0, 0.0, 0.0, arena, -1), simd.lanes(lanes))
+                nchwc.no_epilogue_args(arena), simd.lanes(lanes))
         lift = 3 - len(ph.first)
         move = (arena, t.scratch_off // 4, t.off(out_role) // 4, g3.x_shape[0], ocbg * g3.groups, *g3.y_shape[2:],
                 *out_sp, *((0,) * lift + ph.first), *((1,) * lift + ph.step), simd.lanes(lanes))

@@ -243,6 +243,11 @@ def epilogue_args(kind: int, lo: float, hi: float, ra, r0: int) -> tuple:
     return (int(kind), np.float32(lo), np.float32(hi), ra, int(r0))
 
 
+def no_epilogue_args(ra) -> tuple:
+    """conv's `epi` argument for a conv with no fused epilogue (ra: any float32 array)."""
+    return epilogue_args(0, 0.0, 0.0, ra, -1)
+
+
 @inlined
 def no_epi(ra):
     """No epilogue, inside a kernel (ra: any float32 array of it, never read)."""

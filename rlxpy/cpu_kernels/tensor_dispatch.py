@@ -11,7 +11,7 @@ import numpy as np
 from ..thunks import tensor_records as TR
 from ..thunks.arena import view
 from ..thunks.backend import ChoiceContext
-from ..thunks.layout import blocked, lanes_of
+from ..thunks.layout import blocked, lanes_of, stored_shape
 from ..thunks.records import ABSENT, Choice, Tiling
 from . import tensor
 from .choose import _lanes, chooser, reference
@@ -104,14 +104,14 @@ for _t in TR.CONCAT.values():
 def _flat(t, arena, role: str, shape):
     """(flat view, total, row_len, CB, C, V) of a role as stored: blocked rows are (image,
     channel block) planes; plain rows are ROW floats."""
-    v = lanes_of(t.layout(role))
+    layout = t.layout(role)
+    total = prod(stored_shape(shape, layout))
+    flat = view(arena, t.off(role), (total,))
+    v = lanes_of(layout)
     if v:
-        n, c, s = shape[0], shape[1], prod(shape[2:])
-        cb = -(-c // v)
-        total = n * cb * s * v
-        return view(arena, t.off(role), (total,)), total, s * v, cb, c, v
-    total = prod(shape)
-    return view(arena, t.off(role), (total,)), total, ROW, 1, 1, 1
+        _, cb, s, _ = stored_shape(shape, layout)
+        return flat, total, s * v, cb, shape[1], v
+    return flat, total, ROW, 1, 1, 1
 
 
 @runs(TR.Unary, "elementwise")

@@ -83,18 +83,22 @@ def fuse_epilogues(nodes, outputs) -> Tuple[tuple, Dict[str, str]]:
         for v in n.inputs:
             consumer[v] = k
     fused: Dict[str, str] = {}
+
+    def sole_reader(v):
+        """The node that alone reads value v, where v is no graph output; else None."""
+        return nodes[consumer[v]] if readers.get(v) == 1 and v in consumer and v not in outputs.values() else None
+
     for i, conv in enumerate(list(nodes)):
         if conv.op not in CONVS or conv.attrs.act or conv.attrs.has_residual:
             continue
         names, at, residual, act = [conv.name], i, None, None
-        nxt = nodes[consumer[at]] if readers.get(at) == 1 and at in consumer and at not in outputs.values() else None
+        nxt = sole_reader(at)
         if nxt is not None and nxt.op == "Binary" and nxt.attrs.fn == "add":
             other = [v for v in nxt.inputs if v != at]
             if len(other) == 1 and tuple(nodes[other[0]].shape) == tuple(conv.shape):
                 residual, at = other[0], nxt.output
                 names.append(nxt.name)
-                nxt = nodes[consumer[at]] if readers.get(at) == 1 and at in consumer and at not in outputs.values() \
-                    else None
+                nxt = sole_reader(at)
         if nxt is not None and nxt.op == "Unary" and nxt.attrs.fn in EPILOGUE_ACTS:
             act, at = nxt.attrs, nxt.output
             names.append(nxt.name)
