@@ -236,6 +236,10 @@ CASES: Tuple[Case, ...] = (
     pool("max", (2, 10, 7, 6, 8), 3, stride=(1, 2, 2), padding=1, dilation=(2, 1, 1), tags=(F,)),
     pool("avg", (2, 10, 7, 6, 8), 3, stride=2, padding=1, ceil_mode=True, count_include_pad=False, tags=(F,)),
     pool("avg", (1, 9, 5, 6, 7), (2, 3, 3), stride=2, padding=(1, 1, 0), ceil_mode=True, tags=(F,)),
+    # dilated average pools (ONNX allows them, PyTorch does not): divisors count dilated taps
+    pool("avg", (2, 10, 11, 9), 3, stride=2, padding=2, dilation=2, ceil_mode=True, tags=(F,)),
+    pool("avg", (1, 3, 6, 7, 8), 2, stride=(1, 2, 1), padding=1, dilation=(2, 1, 3), count_include_pad=False,
+         tags=(F,)),
     max_pool2d_backward((3, 4, 9, 8), (3, 4, 5, 4), 3, stride=2, padding=1, tags=(F,)),
     max_pool2d_backward((2, 11, 9, 8), (2, 11, 5, 3), 3, stride=2, padding=1, dilation=(1, 2), tags=(F,)),
     max_pool2d_backward((1, 1, 7, 7), (1, 1, 6, 6), 2, stride=1, tags=(F,)),         # overlapping windows

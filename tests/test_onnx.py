@@ -95,7 +95,6 @@ UNSUPPORTED = {
     "mode 'cubic'": "Resize: cubic mode", "mode 'linear'": "Resize: linear mode",
     "nearest upsampling of a 4-D input by 2": "Resize: only 2x nearest upsampling",
     "does not pick input pixel": "Resize: coordinate modes other than a 2x nearest upsample",
-    "average pooling takes no dilation": "AveragePool with dilations",
     "negative steps": "Slice with negative steps",
     "opset 9 ": "opset 9 (Upsample)",
     "do not add up": "Split with zero-size parts (empty tensors)",

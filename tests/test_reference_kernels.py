@@ -194,3 +194,37 @@ def test_resize_nearest2x_matches_torch_interpolate():
     x = rand(np.random.default_rng(8), 2, 3, 5, 4)
     out, _ = run_graph(lambda g, v: g.resize_nearest2x(v["x"]), {"x": x})
     assert_close(out, F.interpolate(t64(x), scale_factor=2, mode="nearest").numpy(), 0)
+
+
+# (x shape, kernel, strides, pads [begins..., ends...], dilations, ceil_mode, count_include_pad)
+DILATED_AVG_POOLS = [
+    ((2, 3, 11, 9), (3, 3), (2, 2), (2, 2, 2, 2), (2, 2), 1, 1),
+    ((2, 3, 11, 9), (3, 3), (2, 2), (2, 2, 2, 2), (2, 2), 1, 0),
+    ((1, 2, 10, 13), (2, 3), (1, 2), (1, 0, 2, 3), (3, 2), 0, 1),
+    ((1, 2, 12), (3,), (2,), (1, 2), (2,), 1, 1),
+    ((1, 2, 5, 6, 7), (2, 2, 2), (1, 2, 1), (1, 1, 1, 1, 1, 1), (2, 1, 3), 0, 0),
+]
+
+
+@pytest.mark.parametrize("case", DILATED_AVG_POOLS, ids=str)
+def test_dilated_average_pool_matches_onnx_reference(case):
+    """PyTorch refuses average pooling with dilation; ONNX (opset 19) defines it, and its
+    reference evaluator is the oracle: the divisor counts dilated taps inside the padded
+    input (count_include_pad) or inside the input."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+    from onnx.reference import ReferenceEvaluator
+    shape, k, s, pads, d, ceil, cip = case
+    x = rand(np.random.default_rng(5), *shape)
+    node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=list(k), strides=list(s), pads=list(pads),
+                            dilations=list(d), ceil_mode=ceil, count_include_pad=cip)
+    model = helper.make_model(helper.make_graph([node], "pool", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                                                [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]),
+                              opset_imports=[helper.make_opsetid("", 19)])
+    expected = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    n = len(k)
+    padding = tuple((pads[i], pads[n + i]) for i in range(n))
+    out, _ = run_graph(lambda g, v: g.pool(v["x"], "avg", k, stride=s, padding=padding, dilation=d,
+                                           ceil_mode=bool(ceil), count_include_pad=bool(cip)), {"x": x})
+    assert out.shape == expected.shape
+    assert_close(out, expected, RTOL, str(case))

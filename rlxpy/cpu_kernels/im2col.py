@@ -34,6 +34,16 @@ def valid_range(OW, W, start, step):
 
 
 @kernel
+def padded_taps(K, origin, step, end):
+    """How many of a window's K taps (origin + k*step) fall before `end`: the length of the
+    padded input, for average pooling's count_include_pad divisor. As ONNX counts it, with
+    dilation too; taps past the end padding (ceil_mode) are not counted."""
+    if end <= origin:
+        return 0
+    return min(K, (end - origin + step - 1) // step)
+
+
+@kernel
 def fill_columns(x, n, c0, Cg, r0, r1, cols, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw, OH, OW):
     """Column layout for one output tile: cols[((c*KD + kd)*KH + kh)*KW + kw, (r - r0)*OW + ow]
     = x[n, c0 + c, od*sd - pd + kd*dd, oh*sh - ph + kh*dh, ow*sw - pw + kw*dw] (0 outside),

@@ -23,6 +23,7 @@ import numpy as np
 from numba import prange
 
 from .jit import inlined, parallel_kernel
+from .im2col import padded_taps
 from .simd import (nlanes, vadd, vbcast, vfma, vload, vmax, vmin, vmul, vsplat, vstore, vstore_columns, vtranspose,
                    vzero)
 
@@ -539,7 +540,7 @@ def _pool_pixel(a, xb, ih0, iw0, win, L):
     if is_max:
         return acc
     if count_include_pad:
-        count = pad_planes * (min(ih0 + KH, H + eh) - ih0) * (min(iw0 + KW, Wi + ew) - iw0)
+        count = pad_planes * padded_taps(KH, ih0, dh, H + eh) * padded_taps(KW, iw0, dw, Wi + ew)
     else:
         count = planes * max(0, i_hi - i_lo) * max(0, j_hi - j_lo)
     return vmul(acc, vsplat(np.float32(1.0) / np.float32(count), L))
@@ -566,7 +567,7 @@ def pool(a, x0, ya, y0, y_plain, C, N, D, H, Wi, OD, OH, OW, KD, KH, KW, sd, sh,
         kd_lo = max(0, (-id0 + dd - 1) // dd)
         kd_hi = min(KD, (D - id0 + dd - 1) // dd)
         planes = max(0, kd_hi - kd_lo)
-        pad_planes = min(id0 + KD, D + ed) - id0
+        pad_planes = padded_taps(KD, id0, dd, D + ed)
         dstep = dd * H * Wi * V
         xb = x0 + ((n * CB + cb) * D + id0 + kd_lo * dd) * H * Wi * V
         win = (H, Wi, KH, KW, dh, dw, eh, ew, is_max, count_include_pad, planes, dstep, pad_planes)

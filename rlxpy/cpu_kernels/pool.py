@@ -3,7 +3,7 @@ and their parallel versions (parallel over the N*C planes, which are independent
 import numpy as np
 from numba import prange
 
-from .im2col import valid_range
+from .im2col import padded_taps, valid_range
 from .jit import kernel, parallel_kernel, u
 
 
@@ -36,8 +36,9 @@ def _max_window(x, n, c, z0, y0, x0, KD, KH, KW, dd, dh, dw):
 @kernel
 def _pool_plane(x, y, n, c, is_max, KD, KH, KW, sd, sh, sw, pd, ph, pw, ed, eh, ew, dd, dh, dw,
                 count_include_pad):
-    """One (n, c) plane. Average pooling divides as PyTorch does: by the window clipped to
-    the padded input when count_include_pad, else by the window clipped to the input."""
+    """One (n, c) plane, tap by tap. Average pooling divides as PyTorch (and, with dilation,
+    ONNX) does: by the taps inside the padded input when count_include_pad, else by the
+    taps inside the input."""
     D, H, W = x.shape[2], x.shape[3], x.shape[4]
     OD, OH, OW = y.shape[2], y.shape[3], y.shape[4]
     for od in range(OD):
@@ -49,19 +50,20 @@ def _pool_plane(x, y, n, c, is_max, KD, KH, KW, sd, sh, sw, pd, ph, pw, ed, eh, 
                 if is_max:
                     y[n, c, od, oh, ow] = _max_window(x, n, c, z0, y0, x0, KD, KH, KW, dd, dh, dw)[0]
                     continue
-                z1 = min(z0 + KD, D + ed)
-                y1 = min(y0 + KH, H + eh)
-                x1 = min(x0 + KW, W + ew)
-                padded_count = (z1 - z0) * (y1 - y0) * (x1 - x0)
-                z0c, y0c, x0c = max(z0, 0), max(y0, 0), max(x0, 0)
-                z1c, y1c, x1c = min(z1, D), min(y1, H), min(x1, W)
                 acc = 0.0
-                for iz in range(z0c, z1c):
-                    for iy in range(y0c, y1c):
-                        for ix in range(x0c, x1c):
-                            acc += np.float64(x[n, c, iz, iy, ix])
-                count = padded_count if count_include_pad else (z1c - z0c) * (y1c - y0c) * (x1c - x0c)
-                y[n, c, od, oh, ow] = acc / count
+                inside = 0
+                for kd in range(KD):
+                    iz = z0 + kd * dd
+                    for kh in range(KH):
+                        iy = y0 + kh * dh
+                        for kw in range(KW):
+                            ix = x0 + kw * dw
+                            if 0 <= iz < D and 0 <= iy < H and 0 <= ix < W:
+                                acc += np.float64(x[n, c, iz, iy, ix])
+                                inside += 1
+                padded = (padded_taps(KD, z0, dd, D + ed) * padded_taps(KH, y0, dh, H + eh) *
+                          padded_taps(KW, x0, dw, W + ew))
+                y[n, c, od, oh, ow] = acc / (padded if count_include_pad else inside)
 
 
 @kernel
@@ -101,8 +103,8 @@ def _fast_plane(xf, yf, p, is_max, D, H, W, OD, OH, OW, KD, KH, KW, sd, sh, sw, 
                                 acc += v
                 if not is_max:
                     if count_include_pad:
-                        count = ((min(z0 + KD, D + ed) - z0) * (min(y0 + KH, H + eh) - y0) *
-                                 (min(x0 + KW, W + ew) - x0))
+                        count = (padded_taps(KD, z0, dd, D + ed) * padded_taps(KH, y0, dh, H + eh) *
+                                 padded_taps(KW, x0, dw, W + ew))
                     else:
                         count = (zh - zl) * (yh - yl) * (xh - xl)
                     acc = acc / np.float32(count)

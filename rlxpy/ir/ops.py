@@ -223,8 +223,6 @@ def infer_pool(node: str, a: PoolAttrs, x: Shape) -> Shape:
     _rank(node, "input", x, (3, 4, 5))
     if a.kind not in ("max", "avg"):
         raise ValueError(f"{node}: pool kind must be 'max' or 'avg', got {a.kind!r}")
-    if a.kind == "avg" and any(d != 1 for d in a.dilation):
-        raise ValueError(f"{node}: average pooling takes no dilation (got {a.dilation}), as in PyTorch")
     if len(a.kernel) != len(x) - 2:
         raise ValueError(f"{node}: kernel_size {a.kernel} has {len(a.kernel)} axes but the input "
                          f"{fmt_shape(x)} has {len(x) - 2} spatial axes")

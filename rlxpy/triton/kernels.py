@@ -292,8 +292,9 @@ def pool2d(x_ptr, y_ptr, total, H, W, OH, OW,
             cnt += m.to(tl.int32)
     if not IS_MAX:
         if COUNT_PAD:
-            hh = tl.minimum(h0 + KH, H + EH) - h0
-            ww = tl.minimum(w0 + KW, W + EW) - w0
+            # the taps inside the padded input (with dilation too, as ONNX counts them)
+            hh = tl.minimum(KH, (H + EH - h0 + DH - 1) // DH)
+            ww = tl.minimum(KW, (W + EW - w0 + DW - 1) // DW)
             acc = acc / (hh * ww).to(tl.float32)
         else:
             acc = acc / tl.maximum(cnt, 1).to(tl.float32)   # lanes past the end have no taps
