@@ -27,7 +27,7 @@ import numpy as np
 import rlxpy as rx
 from rlxpy.config import CONV_ALGOS
 from rlxpy.testing import Case, case_arrays, cases, main_thunk, one_node_graph
-from rlxpy.thunks.explain import flops
+from rlxpy.thunks.cost import flops
 
 CASES = cases("bench")   # rlxpy/testing.py: the table the tests draw from too
 
@@ -134,16 +134,10 @@ CANDIDATES = tuple(a for a in CONV_ALGOS if a not in ("auto", "naive"))
 
 
 def cpu_header(threads: int) -> str:
-    import llvmlite.binding as llvm
     from rlxpy.cpu_kernels import simd
-    model = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    from rlxpy.cpu_kernels.host import cpu_model, llvm_cpu
     width = simd.resolve_width(rx.Config.from_env().simd_width)
-    return (f"# CPU: {model} (LLVM host {llvm.get_host_cpu_name()}), SIMD width {width} float32 lanes "
+    return (f"# CPU: {cpu_model()} (LLVM host {llvm_cpu()}), SIMD width {width} float32 lanes "
             f"(host widths {simd.host_widths()}), threads {threads}")
 
 

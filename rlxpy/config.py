@@ -69,6 +69,10 @@ CONV_ALGOS = ("auto", "naive", "im2col", "direct", "winograd", "gemm1x1", "depth
               "nchwc_pool_backward")
 
 
+def parse_path(name: str, raw: str) -> str:
+    return os.path.expanduser(raw.strip())
+
+
 def parse_simd_width(name: str, raw: str) -> int:
     v = raw.strip()
     if v not in tuple(str(w) for w in SIMD_WIDTHS):
@@ -101,6 +105,16 @@ FLAGS: Tuple[Flag, ...] = (
          "GPU conv kernel family: auto, simple, igemm (channels-last x) or igemm_nchw (x read in place)"),
     Flag("RLX_CUDA_GRAPH", "cuda_graph", parse_bool,
          "GPU: replay a CUDA graph from an arena's second run on (default on)"),
+    Flag("RLX_PROFILE", "profile", parse_bool,
+         "every run prints one line per thunk to stderr: time, GFLOP/s, algo"),
+    Flag("RLX_VALIDATE", "validate", parse_bool,
+         "every run checks each thunk against its reference kernel; an error names the first failing node"),
+    Flag("RLX_AUTOTUNE", "autotune", parse_bool,
+         "time the eligible exact kernels of every conv-family node, keep the fastest that passes validation"),
+    Flag("RLX_CACHE_DIR", "cache_dir", parse_path,
+         "where autotuning keeps its choices (default: the user cache directory, e.g. ~/.cache/rlxpy)"),
+    Flag("RLX_PLAN_CACHE", "plan_cache", parse_positive_int,
+         "plans (input shapes) an executable keeps, least recently used evicted with its arenas (default 8)"),
 )
 
 
@@ -114,6 +128,11 @@ class Config:
     simd_width: Optional[int] = None     # RLX_SIMD_WIDTH; None: the host's widest (checked by the CPU backend)
     triton_algo: str = "auto"            # RLX_TRITON_ALGO
     cuda_graph: bool = True              # RLX_CUDA_GRAPH
+    profile: bool = False                # RLX_PROFILE
+    validate: bool = False               # RLX_VALIDATE
+    autotune: bool = False               # RLX_AUTOTUNE
+    cache_dir: Optional[str] = None      # RLX_CACHE_DIR; None: default_cache_dir()
+    plan_cache: int = 8                  # RLX_PLAN_CACHE
 
     def __post_init__(self):
         if self.conv_algo not in CONV_ALGOS:
@@ -126,6 +145,13 @@ class Config:
             raise ValueError(f"Config.simd_width={self.simd_width!r}; accepted: None, 16, 8, 1")
         if self.num_threads is not None and (not isinstance(self.num_threads, int) or self.num_threads < 1):
             raise ValueError(f"Config.num_threads={self.num_threads!r}; accepted: None or a positive integer")
+        if not isinstance(self.plan_cache, int) or self.plan_cache < 1:
+            raise ValueError(f"Config.plan_cache={self.plan_cache!r}; accepted: a positive integer")
+
+    @property
+    def tuning_dir(self) -> str:
+        """Where autotuning keeps its choices: RLX_CACHE_DIR, else the user cache directory."""
+        return self.cache_dir or default_cache_dir()
 
     @classmethod
     def from_env(cls, env: Optional[Mapping[str, str]] = None) -> "Config":
@@ -140,3 +166,16 @@ class Config:
 
     def replace(self, **changes) -> "Config":
         return dataclasses.replace(self, **changes)
+
+
+def default_cache_dir() -> str:
+    """The user cache directory, as platformdirs would name it (not a dependency for one path):
+    $XDG_CACHE_HOME/rlxpy or ~/.cache/rlxpy; ~/Library/Caches/rlxpy on macOS; %LOCALAPPDATA%\\rlxpy\\Cache
+    on Windows."""
+    import sys
+    if sys.platform == "win32":
+        base = os.environ.get("LOCALAPPDATA") or os.path.expanduser("~\\AppData\\Local")
+        return os.path.join(base, "rlxpy", "Cache")
+    if sys.platform == "darwin":
+        return os.path.expanduser("~/Library/Caches/rlxpy")
+    return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "rlxpy")

@@ -50,6 +50,11 @@ class CpuBackend:
             return make
         return bind
 
+    def tuning_host(self, config: Config, threads: int) -> str:
+        """What an autotuned choice depends on besides the record: the CPU, the vector width, the threads."""
+        from .host import cpu_model, llvm_cpu
+        return f"{cpu_model()} ({llvm_cpu()})|simd {simd.resolve_width(config.simd_width)}|threads {threads}"
+
     def prepare(self, thunk: Thunk) -> Optional[Kernel]:
         entry = table_prepare(dispatch.PREPARE, thunk)
         return None if entry is None else (lambda t, arena: dispatch.bind(entry, t, arena)())

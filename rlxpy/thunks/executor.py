@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from contextlib import nullcontext
+from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
@@ -51,17 +52,25 @@ class Compiled:
 
 class Executable:
     def __init__(self, graph: Graph, backend: Backend, config: Optional[Config] = None,
-                 plan_memory: bool = True, guard_bytes: int = 0, algos: Optional[Dict[str, str]] = None):
+                 plan_memory: bool = True, guard_bytes: int = 0, algos: Optional[Dict[str, str]] = None,
+                 autotune: Optional[bool] = None):
         """backend: where the kernels run (rlxpy.compile picks it from `device`).
         guard_bytes > 0 (tests, with plan_memory=False): guard zones around every tensor.
-        algos: {node name: conv-family algo}, before RLX_CONV_ALGO."""
+        algos: {node name: conv-family algo}, before RLX_CONV_ALGO.
+        autotune: time the candidates of every conv-family node per plan (None: RLX_AUTOTUNE)."""
         if not graph.outputs:
             raise ValueError("the graph has no outputs: mark at least one value with g.output(name, value)")
         self.algos = check_algos(graph, algos or {})
         self.config = Config.from_env() if config is None else config
+        self.autotune = self.config.autotune if autotune is None else bool(autotune)
+        if self.autotune and not hasattr(backend, "tuning_host"):
+            raise NotImplementedError(f"autotune: the {backend.name} backend does not tune its kernels")
+        self.tuned: Dict[Tuple, Dict[str, object]] = {}     # input shapes -> {node: autotune.Tuned}
         self.plan_memory = plan_memory
         self.guard_bytes = guard_bytes
         self.backend = backend
+        # whose reference kernels validate() runs: this backend's, unless a subclass says otherwise
+        self.reference_backend = backend
         self.threads = backend.threads(self.config)
         # A snapshot: nodes added to the graph later do not change this executable.
         self._outputs = dict(graph.outputs)
@@ -74,6 +83,7 @@ class Executable:
         self._input_dims = {name: self._nodes[v].shape for name, v in graph.inputs.items()}
         self._static_shapes = None if self.is_dynamic else {n: tuple(d) for n, d in self._input_dims.items()}
         self._compiled: Dict[Tuple, Compiled] = {}
+        self._references: Dict[Tuple, Compiled] = {}     # validate(): reference plans, per input shapes
         self._lock = threading.Lock()
         self._last: Optional[Compiled] = None
         if not self.is_dynamic:
@@ -89,8 +99,14 @@ class Executable:
         with self._lock:
             hit = self._compiled.get(key)
         if hit is None:
+            algos, tuned = self.algos, self._tune(shapes, key)
+            if tuned:
+                algos = {**{name: t.algo for name, t in tuned.items()}, **self.algos}
             plan = build_plan(self._nodes, self._params, self._outputs, shapes, self.config, self.backend,
-                              self.threads, self.plan_memory, self.guard_bytes, self.algos)
+                              self.threads, self.plan_memory, self.guard_bytes, algos)
+            if tuned:
+                plan = replace(plan, thunks=tuple(replace(t, why=tuned[t.node].why()) if t.node in tuned else t
+                                                  for t in plan.thunks))
             binders = [self.backend.binder(t) for t in plan.thunks]
             prepares = [(fn, t) for t in plan.thunks if (fn := self.backend.prepare(t)) is not None]
             direct = [(name, i, fn) for name, (i, role) in plan.sole_outputs.items()
@@ -102,6 +118,17 @@ class Executable:
         if remember:
             self._last = hit
         return hit
+
+    def _tune(self, shapes, key) -> Dict[str, object]:
+        """Autotuned algos for these shapes ({} when autotuning is off, or the user forced
+        every kernel with RLX_CONV_ALGO or RLX_FAST_CONV=0)."""
+        if not self.autotune or self.config.conv_algo != "auto" or not self.config.fast_conv:
+            return {}
+        from .autotune import autotune
+        tuned = autotune(self, shapes, skip=set(self.algos))
+        with self._lock:
+            self.tuned[key] = tuned
+        return tuned
 
     def plan(self, input_shapes: Optional[Dict[str, Tuple[int, ...]]] = None) -> Plan:
         """The plan for these input shapes; default: the last one run, else (a graph with
@@ -202,28 +229,125 @@ class Executable:
     def run(self, inputs) -> Dict[str, np.ndarray]:
         """Outputs are fresh float32 arrays; a failed run leaves the executable usable."""
         compiled = self._compile_for(self.check_inputs(inputs))
+        if self.config.validate:
+            self._raise_if_invalid(inputs)
         self.backend.threads(self.config)   # numba's pool size is per calling thread
         b = self.backend
         bound = compiled.pool.acquire()
         try:
-            for (name, view), layout in zip(bound.inputs, bound.input_layouts):
-                if layout == PLAIN:
-                    b.copy_into(view, inputs[name])
-                else:
-                    b.copy_into_layout(view, inputs[name], layout)
+            self._copy_inputs(bound, inputs)
             calls, out = bound.calls, {}
             if bound.direct:                 # these thunks write straight into the arrays returned
                 calls = list(calls)
                 for name, i, make in bound.direct:
                     out[name], fn = make()
                     calls[i] = (fn, calls[i][1])
-            self._launch_each(calls)
+            if self.config.profile:
+                self._launch_profiled(calls, compiled.plan)
+            else:
+                self._launch_each(calls)
             for name, view in bound.outputs:
                 if name not in out:
                     out[name] = b.copy_out(view)
             return out
         finally:
             compiled.pool.release(bound)
+
+    def _copy_inputs(self, bound, inputs) -> None:
+        b = self.backend
+        for (name, view), layout in zip(bound.inputs, bound.input_layouts):
+            if layout == PLAIN:
+                b.copy_into(view, inputs[name])
+            else:
+                b.copy_into_layout(view, inputs[name], layout)
+
+    # hooks a device's executable overrides: a section its launches share, waiting for them, and a copy to the host
+    def _shared(self):
+        return nullcontext()
+
+    def _sync(self) -> None:
+        pass
+
+    def _to_host(self, view) -> np.ndarray:
+        return np.array(view)
+
+    def _launch_profiled(self, calls, plan) -> None:
+        """RLX_PROFILE=1: each thunk timed and printed to stderr as it finishes."""
+        from .profile import ProfileLine
+        line = ProfileLine(plan, self._nodes, self._sync)
+        for call in calls:
+            try:
+                line.launch([call])
+            except Exception as e:
+                th = call[1]
+                raise RuntimeError(f"{th.node} ({type(th.record).__name__}, algo {th.algo}) failed: {e}") from e
+
+    # -- seeing and checking ----------------------------------------------------------------
+    def profile(self, inputs, repeat: int = 10):
+        """Every thunk timed: the median over `repeat` runs after a warm-up run (which
+        compiles the kernels and makes the arena). Returns a rlxpy.thunks.profile.Profile."""
+        from .profile import Profile, time_thunks
+        if not isinstance(repeat, int) or repeat < 1:
+            raise ValueError(f"profile: repeat must be a positive integer, got {repeat!r}")
+        compiled = self._compile_for(self.check_inputs(inputs))
+        self.run(inputs)
+        with self._shared():
+            bound = compiled.pool.acquire()
+        try:
+            with self._shared():
+                self._copy_inputs(bound, inputs)
+                seconds = time_thunks(bound.calls, repeat, self._sync)
+        finally:
+            compiled.pool.release(bound)
+        return Profile.of(compiled.plan, self._nodes, seconds, repeat)
+
+    def validate(self, inputs, tolerances: Optional[Dict[str, float]] = None):
+        """Every thunk's kernel against its record's reference kernel on the same inputs (the
+        fast path's upstream values). Returns a rlxpy.thunks.validate.Report: per output the
+        max absolute and relative error and the tolerance; report.ok, report.first_failure.
+        tolerances: {algo: bound on max_rel} over the defaults (rlxpy.thunks.validate.TOLERANCE)."""
+        from .validate import Report, Validation
+        shapes = self.check_inputs(inputs)
+        compiled = self._compile_for(shapes)
+        ref = self._reference_for(shapes)
+        with self._shared():
+            bound = compiled.pool.acquire()
+        ref_bound = ref.pool.acquire()
+        try:
+            with self._shared():
+                self._copy_inputs(bound, inputs)
+                rows = Validation(self, compiled.plan, bound, ref.plan, ref_bound, tolerances).run()
+        finally:
+            ref.pool.release(ref_bound)
+            compiled.pool.release(bound)
+        inputs_text = ", ".join(f"{n} {fmt_shape(s)}" for n, s in shapes.items())
+        return Report(rows, inputs_text)
+
+    def _reference_for(self, shapes) -> Compiled:
+        """The plan of every record on its reference kernel (RLX_FAST_CONV=0) for these input
+        shapes, on the reference backend, with its arenas: made once per shape."""
+        key = tuple(sorted(shapes.items()))
+        with self._lock:
+            hit = self._references.get(key)
+        if hit is None:
+            rb = self.reference_backend
+            config = self.config.replace(fast_conv=False, conv_algo="auto", validate=False, profile=False)
+            plan = build_plan(self._nodes, self._params, self._outputs, shapes, config, rb,
+                              rb.threads(config), True, 0, {})
+            pool = ArenaPool(plan, rb, [rb.binder(t) for t in plan.thunks],
+                             [(fn, t) for t in plan.thunks if (fn := rb.prepare(t)) is not None])
+            with self._lock:
+                hit = self._references.setdefault(key, Compiled(plan, pool))
+        return hit
+
+    def _raise_if_invalid(self, inputs) -> None:
+        """RLX_VALIDATE=1: a run validates first and stops at the first node over tolerance."""
+        report = self.validate(inputs)
+        if not report.ok:
+            bad = report.failures()[0]
+            raise RuntimeError(f"RLX_VALIDATE: node {bad['node']!r} ({bad['op']}, algo {bad['algo']}) differs "
+                               f"from its reference kernel ({bad['reference']}): max abs error "
+                               f"{bad['max_abs']:.3g}, relative {bad['max_rel']:.3g} > tolerance {bad['tol']:.0e}")
 
     @staticmethod
     def _launch_each(calls):

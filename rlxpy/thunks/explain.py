@@ -2,22 +2,10 @@
 offset and bytes of its output and scratch) and the arena's total size."""
 from __future__ import annotations
 
-from ..ir.shape import fmt_shape, numel
+from ..ir.shape import fmt_shape
 from . import records as R
-from .geometry import ConvGeometry, PoolGeometry
+from .cost import flops
 from .layout import PLAIN, stored_bytes
-
-
-def flops(rec: R.Record) -> int:
-    """Multiply-adds count 2. Data movement (im2col, resize) counts 0."""
-    g = rec.geometry
-    if isinstance(rec, R.ConvTranspose2d):        # ConvTranspose3d too
-        return 2 * numel(g.x_shape) * g.cout_g * g.taps
-    if isinstance(g, ConvGeometry):               # forward and both gradients: the same MACs
-        return 2 * numel(g.y_shape) * g.cin_g * g.taps
-    if isinstance(g, PoolGeometry):
-        return numel(g.y_shape) * numel(g.kernel)
-    return 0
 
 
 def _human(n: int) -> str:

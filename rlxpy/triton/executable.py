@@ -109,7 +109,8 @@ class CudaExecutable(Executable):
         self._graphs: Dict[int, object] = {}
         self.use_graphs = config.cuda_graph and backend.device.type == "cuda"
         self._capture_stream = torch.cuda.Stream() if self.use_graphs else None
-        super().__init__(graph, backend, config, plan_memory, guard_bytes)
+        # RLX_AUTOTUNE is the CPU's: Triton tunes its own tiles
+        super().__init__(graph, backend, config, plan_memory, guard_bytes, autotune=False)
 
     def array_shape(self, name, arr):
         torch = self._torch
