@@ -146,6 +146,7 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--only", default="")
     ap.add_argument("--check", action="store_true", help="also compare every output with PyTorch's")
+    ap.add_argument("--plot", metavar="OUT.png", help="write the ratio per case against each peer (matplotlib)")
     args = ap.parse_args(argv)
 
     import torch
@@ -216,6 +217,30 @@ def main(argv=None):
     if rows:
         worst = min(rows, key=lambda r: r["torch_ratio"])
         print(f"min torch/rlx: {worst['torch_ratio']:.2f} ({worst['case']})")
+    if args.plot and rows:
+        plot_ratios(rows, args.plot, cpu_header(threads))
+        print(f"plot: {args.plot}")
+
+
+def plot_ratios(rows, path, title):
+    """Peer time / rlxpy time per case (above 1: rlxpy is faster), one bar per peer."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    n = len(rows)
+    fig, ax = plt.subplots(figsize=(10, 0.3 * n + 1.5))
+    ys = np.arange(n)
+    ax.barh(ys - 0.2, [r["torch_ratio"] for r in rows], height=0.4, label="PyTorch / rlxpy")
+    ax.barh(ys + 0.2, [r["ort_ratio"] or 0.0 for r in rows], height=0.4, label="onnxruntime / rlxpy")
+    ax.axvline(1.0, color="k", lw=0.8)
+    ax.set_yticks(ys, [r["case"] for r in rows], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("time ratio (> 1: rlxpy faster)")
+    ax.set_title(title.lstrip("# "), fontsize=8)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def _tiny_graph():

@@ -50,6 +50,11 @@ class CpuBackend:
             return make
         return bind
 
+    def before_first_calls(self, calls) -> None:
+        """A new arena is about to run: say so when its kernels are not in numba's cache yet."""
+        from .jit import notice_if_cold
+        notice_if_cold(fn for fn, _ in calls)
+
     def tuning_host(self, config: Config, threads: int) -> str:
         """What an autotuned choice depends on besides the record: the CPU, the vector width, the threads."""
         from .host import cpu_model, llvm_cpu

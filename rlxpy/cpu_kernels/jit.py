@@ -1,7 +1,11 @@
 """Numba compile options, decided once: every kernel is cached on disk (a second process
 starts fast) and releases the GIL (two threads may run one executable at once)."""
-import numba
+import functools
+import os
+import sys
 
+import numba
+from numba.core.registry import CPUDispatcher as Dispatcher
 
 
 def kernel(fn):
@@ -23,3 +27,62 @@ def inlined(fn):
     always inline a call that passes a dozen vectors in a tuple (a micro-kernel called as a
     function ran 5x slower)."""
     return numba.njit(nogil=True, inline="always")(fn)
+
+
+# --- the cold-compile notice --------------------------------------------------------------
+_noticed = False
+
+
+def _index_exists(dispatcher) -> bool:
+    """Whether numba's on-disk cache holds an index for this kernel (it then loads, not compiles)."""
+    try:
+        return os.path.exists(dispatcher._cache._cache_file._index_path)
+    except AttributeError:
+        return False
+
+
+def dispatchers_in(fn, depth: int = 3):
+    """The numba kernels a bound call reaches: itself, a partial's function, a closure's cells."""
+    if isinstance(fn, Dispatcher):
+        yield fn
+        return
+    if depth == 0:
+        return
+    if isinstance(fn, functools.partial):
+        yield from dispatchers_in(fn.func, depth - 1)
+        return
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            yield from dispatchers_in(cell.cell_contents, depth - 1)
+        except ValueError:        # an empty cell
+            pass
+
+
+def cold_kernels(calls):
+    """The kernels these calls reach that will compile on first use: not compiled in this
+    process and with no index in numba's on-disk cache."""
+    seen, cold = set(), []
+    for fn in calls:
+        for d in dispatchers_in(fn):
+            if id(d) not in seen:
+                seen.add(id(d))
+                if not d.overloads and not _index_exists(d):
+                    cold.append(d)
+    return cold
+
+
+def notice_if_cold(calls, stream=None) -> bool:
+    """One line on stderr, once per process, when a run is about to compile kernels: a cold
+    start takes seconds to a minute, silently otherwise."""
+    global _noticed
+    if _noticed:
+        return False
+    cold = cold_kernels(calls)
+    if not cold:
+        return False
+    _noticed = True
+    where = os.path.dirname(cold[0]._cache._cache_file._index_path) if hasattr(cold[0], "_cache") else "numba's cache"
+    print(f"rlxpy: compiling numba kernels for this CPU ({len(cold)} this run needs are not in the on-disk "
+          f"cache under {where}); a one-time cost of seconds to minutes; `python -m rlxpy warmup` compiles "
+          f"them all ahead", file=stream or sys.stderr, flush=True)
+    return True

@@ -135,6 +135,9 @@ class ArenaPool:
                                  for (name, (off, shape)), layout in zip(plan.inputs.items(), layouts)),
                            tuple((name, b.view(arena, off, shape)) for name, (off, shape) in plan.outputs.items()),
                            layouts, tuple((name, i, bind(arena)) for name, i, bind in self.output_binders))
+        hook = getattr(b, "before_first_calls", None)     # the CPU backend's cold-compile notice
+        if hook is not None:
+            hook(bound.calls)
         with self._lock:
             self.made += 1
         return bound
