@@ -7,13 +7,14 @@ from .config import Config
 from .ir.graph import Graph, Value
 from .thunks.executor import Executable
 
-__all__ = ["Graph", "Value", "Config", "Executable", "compile", "onnx"]
+__all__ = ["Graph", "Value", "Config", "Executable", "compile", "load", "onnx", "distributed"]
 __version__ = "0.1.0"
 
 
 def __getattr__(name):
-    """rlxpy.onnx is imported on first use: `import rlxpy` does not import the onnx package."""
-    if name == "onnx":
+    """rlxpy.onnx and rlxpy.distributed are imported on first use: `import rlxpy` imports
+    neither the onnx package nor dask or ray."""
+    if name in ("onnx", "distributed"):
         import importlib
         return importlib.import_module(".onnx", __name__)
     raise AttributeError(f"module 'rlxpy' has no attribute {name!r}")
@@ -43,3 +44,10 @@ def compile(graph: Graph, config: Config = None, device: str = "cpu", plan_memor
         from .triton.executable import compile_cuda
         return compile_cuda(graph, config, plan_memory, guard_bytes)
     raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+
+
+def load(path) -> Executable:
+    """An executable stored with exe.save(path) (graph, config, chosen algos), compiled anew
+    for this machine. Only load files you trust: the format is pickle."""
+    from .thunks.persist import load as _load
+    return _load(path)

@@ -98,7 +98,7 @@ FLAGS: Tuple[Flag, ...] = (
     Flag("RLX_CONV_ALGO", "conv_algo", choice_parser(*CONV_ALGOS),
          "force a conv-family algo by name on every node where it is eligible (explain() says why where not)"),
     Flag("RLX_NUM_THREADS", "num_threads", parse_positive_int,
-         "threads of the CPU kernels' pool (default: every core numba sees)"),
+         "threads of the CPU kernels' pool (default: the cores this process may use: affinity, cgroup quota)"),
     Flag("RLX_SIMD_WIDTH", "simd_width", parse_simd_width,
          "float32 lanes of the CPU vector kernels: 16 (AVX-512F), 8 (AVX2+FMA) or 1; default: the host's widest"),
     Flag("RLX_TRITON_ALGO", "triton_algo", choice_parser(*TRITON_ALGOS),
@@ -124,7 +124,7 @@ class Config:
     winograd: object = False             # RLX_WINOGRAD: False, True (F(2x2,3x3)) or "f4" (F(4x4,3x3))
     direct_conv: bool = False            # RLX_DIRECT_CONV
     conv_algo: str = "auto"              # RLX_CONV_ALGO
-    num_threads: Optional[int] = None    # RLX_NUM_THREADS; None: every core numba sees
+    num_threads: Optional[int] = None    # RLX_NUM_THREADS; None: the cores this process may use
     simd_width: Optional[int] = None     # RLX_SIMD_WIDTH; None: the host's widest (checked by the CPU backend)
     triton_algo: str = "auto"            # RLX_TRITON_ALGO
     cuda_graph: bool = True              # RLX_CUDA_GRAPH

@@ -31,6 +31,7 @@ def report() -> List[Tuple[str, str]]:
     from .config import FLAGS, Config
     from .cpu_kernels import simd
     from .cpu_kernels.gemm import configure_threads, max_threads
+    from .cpu_kernels.host import usable_cores
     from .cpu_kernels.host import cpu_model, llvm_cpu
     from .cpu_kernels.pool import pool_naive
 
@@ -51,7 +52,8 @@ def report() -> List[Tuple[str, str]]:
         ("llvmlite", llvmlite.__version__), ("threadpoolctl", _version("threadpoolctl")),
         ("cpu", f"{cpu_model()} (LLVM {llvm_cpu()}; {os.cpu_count()} logical cores on the host)"),
         ("simd width", f"{simd.resolve_width(config.simd_width)} float32 lanes (host runs {simd.host_widths()})"),
-        ("threads", f"{threads} (cores this process may use: {max_threads()}; RLX_NUM_THREADS "
+        ("threads", f"{threads} (cores this process may use: {usable_cores()}; numba's pool: {max_threads()}; "
+                    f"RLX_NUM_THREADS "
                     f"{config.num_threads or 'unset'})"),
         ("numba threading layer", layer),
         ("blas", blas),

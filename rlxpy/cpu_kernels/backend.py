@@ -21,7 +21,7 @@ class CpuBackend:
     fuses_epilogues = True     # a conv's residual add and activation run in its thunk (rewrite.fuse_epilogues)
 
     def threads(self, config: Config) -> int:
-        """Sets numba's pool to RLX_NUM_THREADS (default: all cores) and BLAS to one thread per
+        """Sets numba's pool to RLX_NUM_THREADS (default: the cores this process may use) and BLAS to one thread per
         caller, for the calling thread; returns the worker count kernels are planned for."""
         return configure_threads(config.num_threads)
 

@@ -65,17 +65,24 @@ _thread = threading.local()
 
 
 def max_threads() -> int:
-    """Workers a kernel may see: scratch is planned with one slot per possible worker."""
+    """The most workers numba's pool has (NUMBA_NUM_THREADS, fixed when it starts)."""
     return numba.config.NUMBA_NUM_THREADS
 
 
+def default_threads() -> int:
+    """Workers when RLX_NUM_THREADS is unset: the cores this process may use (its affinity and
+    cgroup quota; rlxpy.cpu_kernels.host.usable_cores), not the host's."""
+    from .host import usable_cores
+    return max(1, min(usable_cores(), max_threads()))
+
+
 def configure_threads(num_threads: Optional[int]) -> int:
-    """Numba's pool gets `num_threads` (None: all cores); SciPy's BLAS gets one thread.
+    """Numba's pool gets `num_threads` (None: the cores this process may use); SciPy's BLAS gets one thread.
     Returns the thread count in force. Cheap when nothing changes."""
     global _configured
     if getattr(_thread, "requested", False) == (num_threads,):
         return _thread.n
-    n = max_threads() if num_threads is None else max(1, min(int(num_threads), max_threads()))
+    n = default_threads() if num_threads is None else max(1, min(int(num_threads), max_threads()))
     if _configured is None:
         for lib in _scipy_blas_libs():
             lib.set_num_threads(1)

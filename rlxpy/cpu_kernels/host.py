@@ -1,8 +1,11 @@
 """What this CPU is, in words: for tuning keys, bench headers and `python -m rlxpy env`."""
 from __future__ import annotations
 
+import math
+import os
 import platform
 from functools import lru_cache
+from typing import Optional
 
 
 @lru_cache(maxsize=None)
@@ -23,3 +26,35 @@ def llvm_cpu() -> str:
     """LLVM's name for the host CPU (what numba compiles for): znver2, skylake-avx512, ..."""
     import llvmlite.binding as llvm
     return llvm.get_host_cpu_name()
+
+
+def _cgroup_cpu_limit(root: str = "/sys/fs/cgroup") -> Optional[float]:
+    """The CPU quota of this process's cgroup in cores (v2 cpu.max, else v1 cfs quota), or
+    None where there is none or it can't be read."""
+    try:
+        with open(os.path.join(root, "cpu.max")) as f:
+            quota, period = f.read().split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        pass
+    try:
+        with open(os.path.join(root, "cpu", "cpu.cfs_quota_us")) as f:
+            quota = int(f.read())
+        with open(os.path.join(root, "cpu", "cpu.cfs_period_us")) as f:
+            period = int(f.read())
+        return None if quota <= 0 or period <= 0 else quota / period
+    except (OSError, ValueError):
+        return None
+
+
+def usable_cores(root: str = "/sys/fs/cgroup") -> int:
+    """The cores this process may use: its CPU affinity (a Dask or Ray worker pinned to one
+    core sees one), capped by a cgroup CPU quota (a container given 1.5 CPUs: 2), at least 1."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    limit = _cgroup_cpu_limit(root)
+    if limit is not None:
+        cores = min(cores, max(1, math.ceil(limit)))
+    return max(1, cores)

@@ -50,6 +50,19 @@ class Graph(TensorOps):
         self._counter = itertools.count()
         self._uid = next(_ids)
 
+    # -- pickling: nodes, params (each array once), names; the name counter as where it stood
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_counter"] = next(self._counter)      # itertools.count is not picklable on every Python
+        self._counter = itertools.count(state["_counter"])
+        return state
+
+    def __setstate__(self, state):
+        state = dict(state)
+        state["_counter"] = itertools.count(state["_counter"])
+        state["_uid"] = next(_ids)
+        self.__dict__.update(state)
+
     # -- plumbing -------------------------------------------------------------------
     def node_of(self, vid: int) -> Node:
         return self.nodes[vid]  # value ids are node indices: one output per node

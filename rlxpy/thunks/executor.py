@@ -3,6 +3,7 @@ and runs the plan's thunks as a flat loop over pre-resolved kernel calls."""
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
@@ -18,7 +19,7 @@ from .layout import PLAIN
 from .backend import Backend
 from .plan import Plan, build_plan
 from .records import Thunk
-from .rewrite import fold_batch_norms, fuse_epilogues
+from .rewrite import flush_denormals, fold_batch_norms, fuse_epilogues
 
 # explain() before any run binds each dynamic non-batch dim to the first of these sizes for
 # which every shape rule of the graph holds (a 5x5 kernel refuses an image of 1)
@@ -81,13 +82,38 @@ class Executable:
         # an override of a conv that took its batch norm (or its epilogue) in applies to the new node
         self.algos.update({name: self.algos[conv] for name, conv in folded.items() if conv in self.algos})
         self._input_dims = {name: self._nodes[v].shape for name, v in graph.inputs.items()}
+        # PyTorch users lost 5-100x to denormal weights: params are flushed to zero once, here
+        self._params, self.denormals_flushed = flush_denormals(self._params, self._nodes)
+        self._start()
+
+    def _start(self) -> None:
+        """What an executable holds besides its graph and choices: plan caches, their lock, and
+        (for a graph without dynamic dims) its one plan. Made anew when unpickled."""
         self._static_shapes = None if self.is_dynamic else {n: tuple(d) for n, d in self._input_dims.items()}
-        self._compiled: Dict[Tuple, Compiled] = {}
-        self._references: Dict[Tuple, Compiled] = {}     # validate(): reference plans, per input shapes
+        # plans per input shapes, least recently used first, at most config.plan_cache (RLX_PLAN_CACHE)
+        self._compiled: "OrderedDict[Tuple, Compiled]" = OrderedDict()
+        self._references: "OrderedDict[Tuple, Compiled]" = OrderedDict()   # validate(): reference plans
         self._lock = threading.Lock()
         self._last: Optional[Compiled] = None
         if not self.is_dynamic:
             self._compile_for({n: tuple(d) for n, d in self._input_dims.items()})
+
+    # -- pickling: the graph as rewritten, params once, config and choices; plans are rebuilt
+    _STATE = ("algos", "config", "autotune", "plan_memory", "guard_bytes", "_outputs", "_nodes", "_params",
+              "_input_dims", "denormals_flushed")
+
+    def __getstate__(self):
+        from .persist import executable_state
+        return executable_state(self)
+
+    def __setstate__(self, state):
+        from .persist import restore_executable
+        restore_executable(self, state)
+
+    def save(self, path) -> None:
+        """Store this executable (graph, config, chosen algos; not numba code): rx.load(path)."""
+        from .persist import save
+        save(self, path)
 
     @property
     def is_dynamic(self) -> bool:
@@ -98,6 +124,8 @@ class Executable:
         key = tuple(sorted(shapes.items()))
         with self._lock:
             hit = self._compiled.get(key)
+            if hit is not None:
+                self._compiled.move_to_end(key)
         if hit is None:
             algos, tuned = self.algos, self._tune(shapes, key)
             if tuned:
@@ -115,9 +143,24 @@ class Executable:
             pool = ArenaPool(plan, self.backend, binders, prepares, direct)
             with self._lock:
                 hit = self._compiled.setdefault(key, Compiled(plan, pool))
+                self._evict(self._compiled)
         if remember:
             self._last = hit
         return hit
+
+    def _evict(self, plans: "OrderedDict") -> None:
+        """Least recently used plans beyond RLX_PLAN_CACHE go, with their arenas (freed once
+        no run holds them) and their autotuning record. The caller holds the lock."""
+        while len(plans) > self.config.plan_cache:
+            key, _ = plans.popitem(last=False)
+            if plans is self._compiled:
+                self.tuned.pop(key, None)
+
+    def held_bytes(self) -> int:
+        """Bytes of the arenas this executable keeps for reuse, over every cached plan."""
+        with self._lock:
+            pools = [c.pool for c in list(self._compiled.values()) + list(self._references.values())]
+        return sum(p.plan.arena_bytes * len(p.idle()) for p in pools)
 
     def _tune(self, shapes, key) -> Dict[str, object]:
         """Autotuned algos for these shapes ({} when autotuning is off, or the user forced
@@ -172,7 +215,11 @@ class Executable:
             label = "representative plan (dynamic dims bound by explain(); no run yet)"
         plan = self.plan(input_shapes)
         inputs = ", ".join(f"{n} {fmt_shape(s)}" for n, (_, s) in plan.inputs.items())
-        return f"{label}: {inputs}\n" + explain_plan(plan, self._nodes)
+        text = f"{label}: {inputs}\n" + explain_plan(plan, self._nodes)
+        if self.denormals_flushed:
+            text += (f"\nparams: {sum(self.denormals_flushed.values())} denormal values flushed to zero when bound ("
+                     + ", ".join(f"{name}: {n}" for name, n in self.denormals_flushed.items()) + ")")
+        return text
 
     # -- running --------------------------------------------------------------------
     def check_inputs(self, inputs) -> Dict[str, Tuple[int, ...]]:
@@ -209,8 +256,8 @@ class Executable:
                         raise ValueError(f"input {name!r}: dim {i} must be {d} {fmt_shape(dims)}, "
                                          f"got shape {shape}")
                     continue
-                if actual < 1:
-                    raise ValueError(f"input {name!r}: dynamic dim {i} ({d}) must be >= 1, got shape {shape}")
+                if actual < 0:
+                    raise ValueError(f"input {name!r}: dynamic dim {i} ({d}) must be >= 0, got shape {shape}")
                 prev = bound.setdefault(d, (actual, name))
                 if prev[0] != actual:
                     raise ValueError(f"input {name!r}: dim {i} ({d}) is {actual}, but input {prev[1]!r} "
@@ -228,7 +275,10 @@ class Executable:
 
     def run(self, inputs) -> Dict[str, np.ndarray]:
         """Outputs are fresh float32 arrays; a failed run leaves the executable usable."""
-        compiled = self._compile_for(self.check_inputs(inputs))
+        shapes = self.check_inputs(inputs)
+        if any(0 in s for s in shapes.values()):
+            return self._empty_run(shapes)
+        compiled = self._compile_for(shapes)
         if self.config.validate:
             self._raise_if_invalid(inputs)
         self.backend.threads(self.config)   # numba's pool size is per calling thread
@@ -252,6 +302,15 @@ class Executable:
             return out
         finally:
             compiled.pool.release(bound)
+
+    def _empty_run(self, shapes) -> Dict[str, np.ndarray]:
+        """A dynamic dim bound to 0 (an empty batch, as Dask's meta probe sends): no kernel
+        runs; the outputs are empty arrays of the shapes the graph's shape rules give, as
+        PyTorch returns. A rule that can't take the empty size says so, naming its node."""
+        from .plan import infer_concrete, needed_nodes
+        order = needed_nodes(self._nodes, self._outputs.values())
+        concrete = infer_concrete(self._nodes, self._params, shapes, order)
+        return {name: np.zeros(concrete[v], np.float32) for name, v in self._outputs.items()}
 
     def _copy_inputs(self, bound, inputs) -> None:
         b = self.backend
@@ -338,6 +397,7 @@ class Executable:
                              [(fn, t) for t in plan.thunks if (fn := rb.prepare(t)) is not None])
             with self._lock:
                 hit = self._references.setdefault(key, Compiled(plan, pool))
+                self._evict(self._references)
         return hit
 
     def _raise_if_invalid(self, inputs) -> None:

@@ -1,0 +1,131 @@
+"""A property-based fuzzer: random graphs of the supported ops and attributes, built through
+the public API, are either refused at build time with a ValueError naming the node, or run
+with the fast kernels matching the reference kernels. Never a crash, a hang or a silent
+wrong number.
+
+CI runs a fixed seed and budget (RLX_FUZZ_EXAMPLES, default 60 examples, derandomized);
+a longer run: RLX_FUZZ_EXAMPLES=2000 python -m pytest -q tests/test_fuzz.py
+(the variable is the test's own, read here, not an RLX_* flag of the runtime)."""
+import os
+
+import numpy as np
+import pytest
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+import rlxpy as rx  # noqa: E402
+
+EXAMPLES = int(os.environ.get("RLX_FUZZ_EXAMPLES", "60"))
+ACTS = ("relu", "sigmoid", "tanh", "silu", "hardswish", "hardsigmoid", "gelu", "erf")
+
+
+def small(lo, hi):
+    return st.integers(lo, hi)
+
+
+@st.composite
+def steps(draw):
+    """One op with its attributes, drawn freely (some invalid: the builder must say so)."""
+    op = draw(st.sampled_from(("conv", "conv", "pool", "act", "add", "mul", "batch_norm", "concat", "slice",
+                               "pad", "transpose", "mean", "softmax", "conv_transpose", "leaky_relu", "clip")))
+    a = {"op": op}
+    if op in ("conv", "conv_transpose"):
+        a.update(k=draw(small(1, 5)), stride=draw(small(1, 3)), padding=draw(small(0, 3)), dilation=draw(small(1, 2)),
+                 groups=draw(st.sampled_from((1, 1, 2, 4))), cout=draw(st.sampled_from((1, 3, 4, 8, 9, 16))),
+                 bias=draw(st.booleans()), out_pad=draw(small(0, 1)))
+    elif op == "pool":
+        a.update(kind=draw(st.sampled_from(("max", "avg"))), k=draw(small(1, 4)), stride=draw(small(1, 3)),
+                 padding=draw(small(0, 2)), dilation=draw(small(1, 2)), ceil=draw(st.booleans()),
+                 cip=draw(st.booleans()))
+    elif op == "act":
+        a["fn"] = draw(st.sampled_from(ACTS))
+    elif op in ("add", "mul"):
+        a["bshape"] = draw(st.sampled_from(("scalar", "channel", "full", "row")))
+    elif op == "slice":
+        a.update(axis=draw(small(1, 3)), start=draw(small(-3, 3)), end=draw(small(-2, 9)), step=draw(small(1, 2)))
+    elif op == "pad":
+        a.update(p=draw(st.lists(small(0, 2), min_size=4, max_size=4)),
+                 mode=draw(st.sampled_from(("constant", "reflect", "replicate"))))
+    elif op == "mean":
+        a["axes"] = draw(st.sampled_from(((2, 3), (1,), (3,))))
+    elif op == "leaky_relu":
+        a["slope"] = draw(st.floats(-1, 1, allow_nan=False))
+    elif op == "clip":
+        a["lo"], a["hi"] = sorted(draw(st.lists(st.floats(-2, 2, allow_nan=False), min_size=2, max_size=2)))
+    return a
+
+
+def apply(g, x, a, name, rng):
+    """The step on x through the public builder, named `name`."""
+    p = lambda *shape: g.param(f"{name}.p{next(counter)}", (rng.standard_normal(shape) * 0.3).astype(np.float32))  # noqa: E731
+    counter = iter(range(100))
+    op, c = a["op"], x.shape[1]
+    if op == "conv":
+        b = p(a["cout"]) if a["bias"] else None
+        w = p(a["cout"], max(1, c // a["groups"]), a["k"], a["k"])
+        return g.conv(x, w, bias=b, stride=a["stride"], padding=a["padding"], dilation=a["dilation"],
+                      groups=a["groups"], name=name)
+    if op == "conv_transpose":
+        w = p(c, max(1, a["cout"] // a["groups"]), a["k"], a["k"])
+        return g.conv_transpose2d(x, w, stride=a["stride"], padding=a["padding"], output_padding=a["out_pad"],
+                                  dilation=a["dilation"], groups=a["groups"], name=name)
+    if op == "pool":
+        return g.pool(x, a["kind"], a["k"], stride=a["stride"], padding=a["padding"], dilation=a["dilation"],
+                      ceil_mode=a["ceil"], count_include_pad=a["cip"], name=name)
+    if op == "act":
+        return getattr(g, a["fn"])(x, name=name)
+    if op == "leaky_relu":
+        return g.leaky_relu(x, a["slope"], name=name)
+    if op == "clip":
+        return g.clip(x, a["lo"], a["hi"], name=name)
+    if op in ("add", "mul"):
+        shape = {"scalar": (1,), "channel": (c, 1, 1), "full": tuple(x.shape[1:]), "row": (x.shape[3],)}[a["bshape"]]
+        return getattr(g, op)(x, p(*shape), name=name)
+    if op == "batch_norm":
+        var = g.param(f"{name}.var", (rng.random(c) + 0.5).astype(np.float32))
+        return g.batch_norm(x, p(c), var, p(c), p(c), name=name)
+    if op == "concat":
+        return g.concat([x, g.relu(x)], axis=1, name=name)
+    if op == "slice":
+        return g.slice(x, [a["start"]], [a["end"]], axes=[a["axis"]], steps=[a["step"]], name=name)
+    if op == "pad":
+        return g.pad(x, a["p"], mode=a["mode"], name=name)
+    if op == "transpose":
+        return g.transpose(g.transpose(x, (0, 2, 3, 1)), (0, 3, 1, 2), name=name)
+    if op == "mean":
+        return g.mean(x, a["axes"], keepdim=True, name=name)
+    if op == "softmax":
+        return g.softmax(x, 1, name=name)
+    raise AssertionError(op)
+
+
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
+          suppress_health_check=list(HealthCheck))
+@given(c=small(1, 9), h=small(1, 12), w=small(1, 12), n=small(1, 3), chain=st.lists(steps(), min_size=1, max_size=5))
+def test_random_graphs_are_refused_by_name_or_match_the_reference(c, h, w, n, chain):
+    rng = np.random.default_rng(c * 1000 + h * 100 + w)
+    g = rx.Graph()
+    x = g.input("x", (None, c, h, w))
+    y = x
+    for i, a in enumerate(chain):
+        name = f"step{i}_{a['op']}"
+        try:
+            y = apply(g, y, a, name, rng)
+        except ValueError as e:
+            assert name in str(e), f"the error does not name the node {name!r}: {e}"
+            break
+        if len(y.shape) != 4 or 0 in y.shape[1:]:
+            break
+    if y is x:
+        y = g.identity(x)
+    g.output("y", y)
+    data = {"x": rng.standard_normal((n, c, h, w)).astype(np.float32)}
+    ref = rx.compile(g, rx.Config(fast_conv=False)).run(data)["y"]
+    fast = rx.compile(g).run(data)["y"]
+    assert fast.shape == ref.shape
+    scale = max(1.0, float(np.nanmax(np.abs(ref)))) if ref.size and np.isfinite(ref).any() else 1.0
+    assert np.array_equal(np.isnan(fast), np.isnan(ref))
+    err = float(np.nanmax(np.abs(fast.astype(np.float64) - ref))) if ref.size else 0.0
+    assert err <= 1e-3 * scale, f"fast differs from reference by {err:.3g} (scale {scale:.3g})"
