@@ -30,12 +30,13 @@ def executable_state(exe) -> dict:
 
 
 def restore_executable(exe, state: dict) -> None:
-    from ..cpu_kernels.backend import CPU
+    from ..backends import backend_named
+    backend = backend_named(state["backend"])
     for name in exe._STATE:
         setattr(exe, name, state[name])
-    exe.backend = exe.reference_backend = CPU
+    exe.backend = exe.reference_backend = backend
     exe.tuned = {}
-    exe.threads = CPU.threads(exe.config)
+    exe.threads = backend.threads(exe.config)
     exe._start()
 
 
