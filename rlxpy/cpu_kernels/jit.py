@@ -16,6 +16,14 @@ def parallel_kernel(fn):
     return numba.njit(cache=True, nogil=True, parallel=True)(fn)
 
 
+def uncached_parallel_kernel(fn):
+    """A parallel kernel that takes a jitted function as an argument: not cached on disk.
+    numba's cache fails on such kernels (a new specialization's save raises KeyError, then
+    "ReferenceError: underlying object has vanished"; numba issues #2956, #9348), which the
+    fuzzer hit; such a kernel compiles once per process instead."""
+    return numba.njit(cache=False, nogil=True, parallel=True)(fn)
+
+
 # Hot loops index flat arrays with unsigned offsets: numba wraps negative signed indices
 # around (a select per access), which stops LLVM from vectorizing. Measured on the
 # depthwise kernel: 2.9 ms with signed indices, 0.47 ms with uintp ones.
@@ -39,6 +47,11 @@ def _index_exists(dispatcher) -> bool:
         return os.path.exists(dispatcher._cache._cache_file._index_path)
     except AttributeError:
         return False
+
+
+def _cached(dispatcher) -> bool:
+    """Whether the kernel is cached on disk at all (an uncached one compiles every process)."""
+    return getattr(getattr(dispatcher, "_cache", None), "_cache_file", None) is not None
 
 
 def dispatchers_in(fn, depth: int = 3):
@@ -66,7 +79,7 @@ def cold_kernels(calls):
         for d in dispatchers_in(fn):
             if id(d) not in seen:
                 seen.add(id(d))
-                if not d.overloads and not _index_exists(d):
+                if _cached(d) and not d.overloads and not _index_exists(d):
                     cold.append(d)
     return cold
 

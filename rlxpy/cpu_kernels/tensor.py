@@ -17,7 +17,7 @@ import numpy as np
 from numba import prange
 
 from .gemm import sgemm
-from .jit import inlined, kernel, parallel_kernel
+from .jit import inlined, kernel, parallel_kernel, uncached_parallel_kernel
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
@@ -190,7 +190,7 @@ def _live(r, CB, C, V):
     return min(V, C - (r % CB) * V)
 
 
-@parallel_kernel
+@uncached_parallel_kernel
 def unary(x, y, f, alpha, beta, total, row_len, CB, C, V):
     """y = f(x) over flat x, y of `total` floats in rows of row_len (f: an ACTIVATION): a
     blocked tensor's rows are its (image, channel block) planes, and lanes past C are
@@ -208,7 +208,7 @@ def unary(x, y, f, alpha, beta, total, row_len, CB, C, V):
                 y[i] = f(x[i], a32, b32) if (i - base) % V < live else np.float32(0.0)
 
 
-@parallel_kernel
+@uncached_parallel_kernel
 def binary_same(a, b, y, f, total, row_len, CB, C, V):
     """y = f(a, b) for two same-shape, same-layout operands (rows as in unary; f: an
     ARITHMETIC)."""
@@ -272,7 +272,7 @@ def batch_offsets(a_shape, b_shape, y_shape):
     return (ia * a_shape[-2] * a_shape[-1]).astype(np.int64), (ib * b_shape[-2] * b_shape[-1]).astype(np.int64)
 
 
-@parallel_kernel
+@uncached_parallel_kernel
 def epilogue(y, r, f, alpha, beta, total, row_len, CB, C, V):
     """A fused conv's epilogue, in place: y = f(y + r) (r empty: y = f(y)), rows and the
     lanes past C as in unary."""
