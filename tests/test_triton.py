@@ -381,3 +381,22 @@ def test_triton_gpu_realistic_shapes_match_cpu_reference(case):
     out = rx.compile(g, device="cuda").run(inputs)
     for name in ref:
         assert_close(out[name], ref[name], TOL["igemm"], name)
+
+
+def test_triton_profile_and_validate_against_the_cpu_reference():
+    """profile() times every GPU thunk; validate() checks each against the CPU's reference
+    kernel on the GPU path's own inputs (TF32 tolerance for the implicit GEMM on a GPU)."""
+    rng = np.random.default_rng(44)
+    g = rx.Graph()
+    x = g.input("x", (None, 8, 12, 12))
+    y = g.conv(x, g.param("w", rng.standard_normal((16, 8, 3, 3)).astype(np.float32) * 0.2), padding=1, name="c1")
+    y = g.pool(y, "max", 2, name="p")
+    g.output("y", g.conv(y, g.param("w2", rng.standard_normal((8, 16, 1, 1)).astype(np.float32)), name="c2"))
+    exe = rx.compile(g, device="cuda")
+    inputs = {"x": rng.standard_normal((2, 8, 12, 12)).astype(np.float32)}
+    prof = exe.profile(inputs, repeat=2)
+    assert [r["node"] for r in prof.rows] == [t.node for t in exe.plan().thunks] == ["c1", "p", "c2"]
+    assert all(r["ms"] > 0 for r in prof.rows)
+    report = exe.validate(inputs)
+    assert report.ok, str(report)
+    assert [r["node"] for r in report.rows] == ["c1", "p", "c2"] and {r["reference"] for r in report.rows} == {"naive"}

@@ -375,7 +375,8 @@ class Executable:
         try:
             with self._shared():
                 self._copy_inputs(bound, inputs)
-                rows = Validation(self, compiled.plan, bound, ref.plan, ref_bound, tolerances).run()
+                bounds = {**getattr(self.backend, "tolerances", {}), **(tolerances or {})}
+                rows = Validation(self, compiled.plan, bound, ref.plan, ref_bound, bounds).run()
         finally:
             ref.pool.release(ref_bound)
             compiled.pool.release(bound)

@@ -111,6 +111,18 @@ class CudaExecutable(Executable):
         self._capture_stream = torch.cuda.Stream() if self.use_graphs else None
         # RLX_AUTOTUNE is the CPU's: Triton tunes its own tiles
         super().__init__(graph, backend, config, plan_memory, guard_bytes, autotune=False)
+        from ..cpu_kernels.backend import CPU
+        self.reference_backend = CPU          # validate(): the CPU's reference kernels are the oracle
+
+    def _shared(self):
+        return GATE.shared()
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            self._torch.cuda.synchronize()
+
+    def _to_host(self, view):
+        return view.detach().cpu().numpy().copy()
 
     def array_shape(self, name, arr):
         torch = self._torch
@@ -123,7 +135,12 @@ class CudaExecutable(Executable):
         return tuple(int(d) for d in arr.shape)
 
     def run(self, inputs, return_tensors: bool = False):
-        compiled = self._compile_for(self.check_inputs(inputs))
+        shapes = self.check_inputs(inputs)
+        if any(0 in s for s in shapes.values()):
+            return self._empty_run(shapes)
+        compiled = self._compile_for(shapes)
+        if self.config.validate:
+            self._raise_if_invalid(inputs)
         b = self.backend
         with GATE.shared():                       # a new arena copies params and prepares weights
             bound = compiled.pool.acquire()
@@ -132,7 +149,10 @@ class CudaExecutable(Executable):
             with GATE.exclusive() if capture else GATE.shared():
                 for name, view in bound.inputs:
                     b.copy_into(view, inputs[name])
-                self._launch_all(bound)
+                if self.config.profile:          # RLX_PROFILE: each thunk launched, waited for and printed
+                    self._launch_profiled(bound.calls, compiled.plan)
+                else:
+                    self._launch_all(bound)
                 outs = {name: b.copy_out(view) for name, view in bound.outputs}
                 if not return_tensors:            # the copy to the host synchronizes: inside the gate
                     outs = {name: t.cpu().numpy() for name, t in outs.items()}
