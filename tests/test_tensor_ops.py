@@ -200,6 +200,34 @@ def test_a_conv_takes_in_its_residual_add_and_activation(config, last, torch_fn,
     assert exe.guard_violations() == []
 
 
+@pytest.mark.parametrize("width", [16, 8])
+def test_first_layer_and_depthwise_convs_apply_relu6_in_their_store(width, monkeypatch):
+    """A MobileNet block: stem conv (3 input channels: nchwc_plain_in) + relu6, depthwise
+    3x3 + relu6, 1x1 conv. Both fused activations run in the blocked kernels' stores (no
+    pass over y), write nothing else, and match PyTorch."""
+    from rlxpy.cpu_kernels import dispatch, simd
+    real = simd.host_widths()      # a width the CPU lacks is compiled anyway (LLVM splits the vectors)
+    monkeypatch.setattr(simd, "host_widths", lambda: real + tuple(w for w in (16, 8) if w not in real))
+    rng = np.random.default_rng(77)
+    g = rx.Graph()
+    x = g.input("x", (None, 3, 11, 10))
+    a = g.clip(g.conv(x, g.param("w1", rand(rng, 16, 3, 3, 3, scale=0.5)), bias=g.param("b1", rand(rng, 16)),
+                      stride=2, padding=1, name="stem"), 0.0, 6.0, name="r1")
+    d = g.clip(g.conv(a, g.param("w2", rand(rng, 16, 1, 3, 3)), padding=1, groups=16, name="dw"), 0.0, 6.0,
+               name="r2")
+    g.output("y", g.conv(d, g.param("w3", rand(rng, 8, 16, 1, 1)), name="pw"))
+    exe = rx.compile(g, rx.Config(simd_width=width), plan_memory=False, guard_bytes=256)
+    th = {t.node: t for t in exe.thunks}
+    assert (th["stem+r1"].algo, th["dw+r2"].algo) == ("nchwc_plain_in", "nchwc_depthwise"), exe.explain()
+    assert dispatch.native_epilogue(th["stem+r1"]) and dispatch.native_epilogue(th["dw+r2"])
+    xv = rand(rng, 2, 3, 11, 10)
+    p = {g.nodes[v].name: T(a) for v, a in g.params.items()}
+    ta = F.relu6(F.conv2d(T(xv), p["w1"], p["b1"], stride=2, padding=1))
+    want = F.conv2d(F.relu6(F.conv2d(ta, p["w2"], padding=1, groups=16)), p["w3"]).numpy()
+    np.testing.assert_allclose(exe.run({"x": xv})["y"], want, rtol=1e-4, atol=1e-4)
+    assert exe.guard_violations() == []
+
+
 def test_a_conv_whose_output_is_read_elsewhere_is_not_fused():
     rng = np.random.default_rng(75)
     g = rx.Graph()

@@ -290,10 +290,17 @@ NATIVE_ACTS = {"": 0, "relu": 1, "clip": 1}      # the epilogues nchwc.conv appl
 
 def native_epilogue(t: Thunk) -> bool:
     """Whether the thunk's kernel applies its fused epilogue in its own store (else a pass
-    over y follows it): nchwc_direct writing blocked y, residual add and relu / clip."""
+    over y follows it): the blocked convs (nchwc_direct, nchwc_plain_in, nchwc_depthwise)
+    writing blocked y, residual add and relu / clip."""
     rec = t.record
-    return (getattr(rec, "fused", False) and t.algo == "nchwc_direct" and type(rec) in (R.Conv2D, R.Conv2D1x1, R.Conv3d)
+    return (getattr(rec, "fused", False) and t.algo in NATIVE_EPILOGUE_ALGOS
+            and type(rec) in (R.Conv2D, R.Conv2D1x1, R.Conv3d)
             and rec.epilogue.act in NATIVE_ACTS and t.layout("y") != PLAIN)
+
+
+# the kernels that take nchwc.conv's `epi` argument (a pass over y costs as much as a
+# depthwise conv's own work when y has left the cache)
+NATIVE_EPILOGUE_ALGOS = ("nchwc_direct", "nchwc_plain_in", "nchwc_depthwise")
 
 
 def _epi_args(t: Thunk, arena):
@@ -345,7 +352,7 @@ def plain_in_prepare(t, arena):
 def conv_nchwc_plain_in(t, arena):
     g = t.record.geometry.lifted(3)
     args = (arena, t.off("x") // 4, t.persistent_off // 4, *_y_args(t, arena), g.y_shape[1], g.x_shape[0],
-            g.x_shape[1], *_geometry_args(g), t.tiling.tile, simd.lanes(t.tiling.lanes))
+            g.x_shape[1], *_geometry_args(g), t.tiling.tile, _epi_args(t, arena), simd.lanes(t.tiling.lanes))
     return with_weights(nchwc.conv_plain_in, args, t, nchwc.pack_plain_in, _plain_in_pack_args(t, arena))
 
 
@@ -366,7 +373,7 @@ def depthwise_prepare(t, arena):
 def conv_nchwc_depthwise(t, arena):
     g = t.record.geometry.lifted(3)
     args = (arena, t.off("x") // 4, t.persistent_off // 4, *_y_args(t, arena), g.x_shape[1], g.x_shape[0],
-            *_geometry_args(g), t.tiling.tile, simd.lanes(t.tiling.lanes))
+            *_geometry_args(g), t.tiling.tile, _epi_args(t, arena), simd.lanes(t.tiling.lanes))
     return with_weights(nchwc.depthwise, args, t, nchwc.pack_depthwise, _depthwise_pack_args(t, arena))
 
 

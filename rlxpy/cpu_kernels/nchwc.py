@@ -456,10 +456,10 @@ def pack_plain_in(w, b, a, p0, L):
 
 @parallel_kernel
 def conv_plain_in(a, x0, p0, ya, y0, y_plain, K, N, C, D, H, Wi, OD, OH, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw,
-                  dd, dh, dw, chunk, L):
+                  dd, dh, dw, chunk, epi, L):
     """As conv, but x is plain [N, C, D, H, W] and read in place: per input channel and tap,
     6 broadcasts of x and 2 weight vectors for 12 FMAs (no V-wide channel loop, so a
-    1-channel input wastes nothing)."""
+    1-channel input wastes nothing). epi: the fused epilogue, as conv's."""
     V = nlanes(L)
     P = OH * OW
     OCB = (K + V - 1) // V
@@ -503,7 +503,7 @@ def conv_plain_in(a, x0, p0, ya, y0, y_plain, K, N, C, D, H, Wi, OD, OH, OW, KD,
                                            acc, L)
                             o0, o1, o2, o3, o4, o5 = o0 + dw, o1 + dw, o2 + dw, o3 + dw, o4 + dw, o5 + dw
             _put_tile(ya, y0, y_plain, n, ob0, ob1, two, od * P + q0, live, K, OD * P, OCB,
-                      vload(a, bias0 + ob0 * V, L), vload(a, bias0 + ob1 * V, L), acc, no_epi(a), L)
+                      vload(a, bias0 + ob0 * V, L), vload(a, bias0 + ob1 * V, L), acc, epi, L)
 
 
 # --- one block of channels at a time: pooling, depthwise -------------------------------------
@@ -620,10 +620,10 @@ def pack_depthwise(w, b, a, p0, L):
 
 @parallel_kernel
 def depthwise(a, x0, p0, ya, y0, y_plain, C, N, D, H, Wi, OD, OH, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw,
-              chunk, L):
+              chunk, epi, L):
     """Depthwise conv on blocked x: per tap one weight vector (V channels) and a vector of x
     per pixel, 6 pixels a tile (3-D: per depth tap inside x, as conv). Work items: (image,
-    channel block, output plane, chunk of pixels)."""
+    channel block, output plane, chunk of pixels). epi: the fused epilogue, as conv's."""
     V = nlanes(L)
     P = OH * OW
     CB = (C + V - 1) // V
@@ -661,7 +661,7 @@ def depthwise(a, x0, p0, ya, y0, y_plain, C, N, D, H, Wi, OD, OH, OW, KD, KH, KW
                         r3 = vfma(vload(a, o3, L), w, r3)
                         r4 = vfma(vload(a, o4, L), w, r4)
                         r5 = vfma(vload(a, o5, L), w, r5)
-            _put_block(ya, y0, y_plain, n, cb, CB, C, OD * P, od * P + q0, live, r0, r1, r2, r3, r4, r5, no_epi(ya), L)
+            _put_block(ya, y0, y_plain, n, cb, CB, C, OD * P, od * P + q0, live, r0, r1, r2, r3, r4, r5, epi, L)
 
 
 @parallel_kernel
