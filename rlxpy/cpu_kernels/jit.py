@@ -16,14 +16,6 @@ def parallel_kernel(fn):
     return numba.njit(cache=True, nogil=True, parallel=True)(fn)
 
 
-def uncached_parallel_kernel(fn):
-    """A parallel kernel that takes a jitted function as an argument: not cached on disk.
-    numba's cache fails on such kernels (a new specialization's save raises KeyError, then
-    "ReferenceError: underlying object has vanished"; numba issues #2956, #9348), which the
-    fuzzer hit; such a kernel compiles once per process instead."""
-    return numba.njit(cache=False, nogil=True, parallel=True)(fn)
-
-
 # Hot loops index flat arrays with unsigned offsets: numba wraps negative signed indices
 # around (a select per access), which stops LLVM from vectorizing. Measured on the
 # depthwise kernel: 2.9 ms with signed indices, 0.47 ms with uintp ones.

@@ -17,7 +17,7 @@ import numpy as np
 from numba import prange
 
 from .gemm import sgemm
-from .jit import inlined, kernel, parallel_kernel, uncached_parallel_kernel
+from .jit import inlined, kernel, parallel_kernel
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
@@ -86,9 +86,9 @@ def softmax_reference(x, axis: int, log: bool) -> np.ndarray:
 
 
 # --- fast: numba, elementwise ------------------------------------------------------------------
-# One jitted function per activation, passed to the kernels as an argument: numba compiles
-# one specialization of the kernel per function (no branch on the activation in the loop,
-# which then vectorizes: relu on 800K floats 3.2 ms with a branch on a code, see README).
+# One jitted function per activation, inlined into one kernel per activation (UNARY, EPILOGUE
+# below): no branch on the activation in the loop, which then vectorizes (relu on 800K floats
+# took 3.2 ms with a branch on a code, see README).
 @kernel
 def act_identity(v, alpha, beta):
     return v
@@ -190,11 +190,11 @@ def _live(r, CB, C, V):
     return min(V, C - (r % CB) * V)
 
 
-@uncached_parallel_kernel
-def unary(x, y, f, alpha, beta, total, row_len, CB, C, V):
+@inlined
+def _unary(x, y, f, alpha, beta, total, row_len, CB, C, V):
     """y = f(x) over flat x, y of `total` floats in rows of row_len (f: an ACTIVATION): a
     blocked tensor's rows are its (image, channel block) planes, and lanes past C are
-    written as zeros."""
+    written as zeros. Inlined into one cached kernel per activation (UNARY)."""
     a32, b32 = np.float32(alpha), np.float32(beta)
     for r in prange((total + row_len - 1) // row_len):
         base = r * row_len
@@ -208,10 +208,10 @@ def unary(x, y, f, alpha, beta, total, row_len, CB, C, V):
                 y[i] = f(x[i], a32, b32) if (i - base) % V < live else np.float32(0.0)
 
 
-@uncached_parallel_kernel
-def binary_same(a, b, y, f, total, row_len, CB, C, V):
-    """y = f(a, b) for two same-shape, same-layout operands (rows as in unary; f: an
-    ARITHMETIC)."""
+@inlined
+def _binary_same(a, b, y, f, total, row_len, CB, C, V):
+    """y = f(a, b) for two same-shape, same-layout operands (rows as in _unary; f: an
+    ARITHMETIC). Inlined into one cached kernel per operation (BINARY_SAME)."""
     for r in prange((total + row_len - 1) // row_len):
         base = r * row_len
         end = min(total, base + row_len)
@@ -272,10 +272,10 @@ def batch_offsets(a_shape, b_shape, y_shape):
     return (ia * a_shape[-2] * a_shape[-1]).astype(np.int64), (ib * b_shape[-2] * b_shape[-1]).astype(np.int64)
 
 
-@uncached_parallel_kernel
-def epilogue(y, r, f, alpha, beta, total, row_len, CB, C, V):
+@inlined
+def _epilogue(y, r, f, alpha, beta, total, row_len, CB, C, V):
     """A fused conv's epilogue, in place: y = f(y + r) (r empty: y = f(y)), rows and the
-    lanes past C as in unary."""
+    lanes past C as in _unary. Inlined into one cached kernel per activation (EPILOGUE)."""
     a32, b32 = np.float32(alpha), np.float32(beta)
     has_r = r.size > 0
     for row in prange((total + row_len - 1) // row_len):
@@ -285,3 +285,153 @@ def epilogue(y, r, f, alpha, beta, total, row_len, CB, C, V):
         for i in range(base, end):
             v = y[i] + r[i] if has_r else y[i]
             y[i] = f(v, a32, b32) if live == V or (i - base) % V < live else np.float32(0.0)
+
+
+# --- one cached kernel per function ----------------------------------------------------------
+# Each inlines its body with the function as a global: numba's on-disk cache can't hold a
+# kernel that takes a jitted function as an argument (its key holds the dispatcher, a new
+# object in every process: it never hit, and saving a new specialization failed with
+# "underlying object has vanished", numba #2956 / #9348, which the fuzzer found).
+@parallel_kernel
+def unary_identity(x, y, alpha, beta, total, row_len, CB, C, V):
+    _unary(x, y, act_identity, alpha, beta, total, row_len, CB, C, V)
+
+
+@parallel_kernel
+def epilogue_identity(y, r, alpha, beta, total, row_len, CB, C, V):
+    _epilogue(y, r, act_identity, alpha, beta, total, row_len, CB, C, V)
+
+
+@parallel_kernel
+def unary_relu(x, y, alpha, beta, total, row_len, CB, C, V):
+    _unary(x, y, act_relu, alpha, beta, total, row_len, CB, C, V)
+
+
+@parallel_kernel
+def epilogue_relu(y, r, alpha, beta, total, row_len, CB, C, V):
+    _epilogue(y, r, act_relu, alpha, beta, total, row_len, CB, C, V)
+
+
+@parallel_kernel
+def unary_leaky_relu(x, y, alpha, beta, total, row_len, CB, C, V):
+    _unary(x, y, act_leaky_relu, alpha, beta, total, row_len, CB, C, V)
+
+
+@parallel_kernel
+def epilogue_leaky_relu(y, r, alpha, beta, total, row_len, CB, C, V):
+    _epilogue(y, r, act_leaky_relu, alpha, beta, total, row_len, CB, C, V)
+
+
+@parallel_kernel
+def unary_clip(x, y, alpha, beta, total, row_len, CB, C, V):
+    _unary(x, y, act_clip, alpha, beta, total, row_len, CB, C, V)
+
+
+@parallel_kernel
+def epilogue_clip(y, r, alpha, beta, total, row_len, CB, C, V):
+    _epilogue(y, r, act_clip, alpha, beta, total, row_len, CB, C, V)
+
+
+@parallel_kernel
+def unary_sigmoid(x, y, alpha, beta, total, row_len, CB, C, V):
+    _unary(x, y, act_sigmoid, alpha, beta, total, row_len, CB, C, V)
+
+
+@parallel_kernel
+def epilogue_sigmoid(y, r, alpha, beta, total, row_len, CB, C, V):
+    _epilogue(y, r, act_sigmoid, alpha, beta, total, row_len, CB, C, V)
+
+
+@parallel_kernel
+def unary_hardsigmoid(x, y, alpha, beta, total, row_len, CB, C, V):
+    _unary(x, y, act_hardsigmoid, alpha, beta, total, row_len, CB, C, V)
+
+
+@parallel_kernel
+def epilogue_hardsigmoid(y, r, alpha, beta, total, row_len, CB, C, V):
+    _epilogue(y, r, act_hardsigmoid, alpha, beta, total, row_len, CB, C, V)
+
+
+@parallel_kernel
+def unary_hardswish(x, y, alpha, beta, total, row_len, CB, C, V):
+    _unary(x, y, act_hardswish, alpha, beta, total, row_len, CB, C, V)
+
+
+@parallel_kernel
+def epilogue_hardswish(y, r, alpha, beta, total, row_len, CB, C, V):
+    _epilogue(y, r, act_hardswish, alpha, beta, total, row_len, CB, C, V)
+
+
+@parallel_kernel
+def unary_silu(x, y, alpha, beta, total, row_len, CB, C, V):
+    _unary(x, y, act_silu, alpha, beta, total, row_len, CB, C, V)
+
+
+@parallel_kernel
+def epilogue_silu(y, r, alpha, beta, total, row_len, CB, C, V):
+    _epilogue(y, r, act_silu, alpha, beta, total, row_len, CB, C, V)
+
+
+@parallel_kernel
+def unary_gelu(x, y, alpha, beta, total, row_len, CB, C, V):
+    _unary(x, y, act_gelu, alpha, beta, total, row_len, CB, C, V)
+
+
+@parallel_kernel
+def epilogue_gelu(y, r, alpha, beta, total, row_len, CB, C, V):
+    _epilogue(y, r, act_gelu, alpha, beta, total, row_len, CB, C, V)
+
+
+@parallel_kernel
+def unary_gelu_tanh(x, y, alpha, beta, total, row_len, CB, C, V):
+    _unary(x, y, act_gelu_tanh, alpha, beta, total, row_len, CB, C, V)
+
+
+@parallel_kernel
+def epilogue_gelu_tanh(y, r, alpha, beta, total, row_len, CB, C, V):
+    _epilogue(y, r, act_gelu_tanh, alpha, beta, total, row_len, CB, C, V)
+
+
+@parallel_kernel
+def unary_tanh(x, y, alpha, beta, total, row_len, CB, C, V):
+    _unary(x, y, act_tanh, alpha, beta, total, row_len, CB, C, V)
+
+
+@parallel_kernel
+def epilogue_tanh(y, r, alpha, beta, total, row_len, CB, C, V):
+    _epilogue(y, r, act_tanh, alpha, beta, total, row_len, CB, C, V)
+
+
+@parallel_kernel
+def unary_erf(x, y, alpha, beta, total, row_len, CB, C, V):
+    _unary(x, y, act_erf, alpha, beta, total, row_len, CB, C, V)
+
+
+@parallel_kernel
+def epilogue_erf(y, r, alpha, beta, total, row_len, CB, C, V):
+    _epilogue(y, r, act_erf, alpha, beta, total, row_len, CB, C, V)
+
+
+@parallel_kernel
+def binary_add(a, b, y, total, row_len, CB, C, V):
+    _binary_same(a, b, y, op_add, total, row_len, CB, C, V)
+
+
+@parallel_kernel
+def binary_sub(a, b, y, total, row_len, CB, C, V):
+    _binary_same(a, b, y, op_sub, total, row_len, CB, C, V)
+
+
+@parallel_kernel
+def binary_mul(a, b, y, total, row_len, CB, C, V):
+    _binary_same(a, b, y, op_mul, total, row_len, CB, C, V)
+
+
+@parallel_kernel
+def binary_div(a, b, y, total, row_len, CB, C, V):
+    _binary_same(a, b, y, op_div, total, row_len, CB, C, V)
+
+
+UNARY = {"identity": unary_identity, "relu": unary_relu, "leaky_relu": unary_leaky_relu, "clip": unary_clip, "sigmoid": unary_sigmoid, "hardsigmoid": unary_hardsigmoid, "hardswish": unary_hardswish, "silu": unary_silu, "gelu": unary_gelu, "gelu_tanh": unary_gelu_tanh, "tanh": unary_tanh, "erf": unary_erf}
+EPILOGUE = {"identity": epilogue_identity, "relu": epilogue_relu, "leaky_relu": epilogue_leaky_relu, "clip": epilogue_clip, "sigmoid": epilogue_sigmoid, "hardsigmoid": epilogue_hardsigmoid, "hardswish": epilogue_hardswish, "silu": epilogue_silu, "gelu": epilogue_gelu, "gelu_tanh": epilogue_gelu_tanh, "tanh": epilogue_tanh, "erf": epilogue_erf}
+BINARY_SAME = {"add": binary_add, "sub": binary_sub, "mul": binary_mul, "div": binary_div}

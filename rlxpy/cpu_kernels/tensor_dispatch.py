@@ -119,7 +119,7 @@ def unary_fast(t, arena):
     g = t.record.geometry
     x, total, row, cb, c, v = _flat(t, arena, "x", g.shape)
     y = _flat(t, arena, "y", g.shape)[0]
-    return tensor.unary, (x, y, tensor.ACTIVATION[g.fn], g.alpha, g.beta, total, row, cb, c, v)
+    return tensor.UNARY[g.fn], (x, y, g.alpha, g.beta, total, row, cb, c, v)
 
 
 @runs(TR.Unary, "naive")
@@ -140,7 +140,7 @@ def binary_fast(t, arena):
     g = t.record.geometry
     a, total, row, cb, c, v = _flat(t, arena, "a", g.y_shape)
     b, y = _flat(t, arena, "b", g.y_shape)[0], _flat(t, arena, "y", g.y_shape)[0]
-    return tensor.binary_same, (a, b, y, tensor.ARITHMETIC[g.fn], total, row, cb, c, v)
+    return tensor.BINARY_SAME[g.fn], (a, b, y, total, row, cb, c, v)
 
 
 @runs(TR.Binary, "numpy")
@@ -369,5 +369,4 @@ def epilogue_pass(t, arena):
     shape = rec.geometry.y_shape
     y, total, row, cb, c, v = _flat(t, arena, "y", shape)
     r = _flat(t, arena, "r", shape)[0] if rec.r != ABSENT else NO_BIAS
-    f = tensor.ACTIVATION[e.act or "identity"]
-    return partial(tensor.epilogue, y, r, f, e.alpha, e.beta, total, row, cb, c, v)
+    return partial(tensor.EPILOGUE[e.act or "identity"], y, r, e.alpha, e.beta, total, row, cb, c, v)
