@@ -165,3 +165,17 @@ def test_ray_predictor_maps_batches_like_one_process():
     order = [int(np.argmin(np.abs(want - g).sum(axis=1))) for g in got]
     assert sorted(order) == list(range(64))
     np.testing.assert_allclose(got, want[order], rtol=1e-5, atol=1e-5)
+
+
+def test_import_rlxpy_imports_no_optional_package():
+    """dask, distributed, ray, tqdm and matplotlib come only with what uses them."""
+    import subprocess
+    import sys
+    optional = ("dask", "distributed", "ray", "tqdm", "matplotlib", "onnx", "torch")
+    code = ("import sys, rlxpy, rlxpy.thunks.profile, rlxpy.thunks.validate, rlxpy.thunks.autotune; "
+            f"print(sorted(m for m in sys.modules if m.split('.')[0] in {optional!r}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+    code = "import sys, rlxpy; rlxpy.distributed; print('dask' in sys.modules, 'ray' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False False"                              # rlxpy.distributed imports them when called
