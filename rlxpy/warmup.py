@@ -73,7 +73,8 @@ def jobs(widths: Iterable[int]) -> List[Tuple[str, Callable[[], None]]]:
 
 def warmup(widths: Optional[Iterable[int]] = None, only: str = "", stream=None) -> int:
     """Runs the jobs (those whose label contains `only`) with a progress bar; returns how many ran."""
-    from .cpu_kernels import simd
+    from .cpu_kernels import jit, simd
+    jit._noticed = True                 # compiling is what warmup is for: no cold-compile notice
     widths = tuple(widths) if widths else (simd.resolve_width(None),)
     todo = [(label, fn) for label, fn in jobs(widths) if only in label]
     stream = stream or sys.stderr
