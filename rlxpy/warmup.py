@@ -29,6 +29,9 @@ def tensor_ops_graph(channels: int):
     y = acts[0]
     for a in acts[1:]:
         y = g.add(y, a)
+    # same-shape arithmetic between blocked values (blocked kernels), and a blocked 2x resize
+    y = g.div(g.mul(g.sub(y, acts[1]), acts[2]), g.add(acts[3], acts[3]))
+    up = g.conv(g.resize_nearest2x(y), p(channels, channels, 3, 3), padding=1)
     y = g.div(g.mul(g.sub(y, p(1, channels, 1, 1)), p(channels, 1, 1)), p(1))
     y = g.batch_norm(g.pool(y, "avg", 2), p(channels), g.param("var", np.ones(channels, np.float32)),
                      p(channels), p(channels))
@@ -41,6 +44,7 @@ def tensor_ops_graph(channels: int):
     head = g.linear(g.flatten(g.global_avg_pool(y)), p(4, 2 * channels), p(4))
     g.output("a", g.add(m, head))
     g.output("b", g.amax(g.global_max_pool(y), (2, 3)))
+    g.output("up", up)
     return g
 
 
