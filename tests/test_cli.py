@@ -35,8 +35,10 @@ def test_env_reports_versions_width_threads_and_the_flags_set(capsys, monkeypatc
                                                              "numba cache", "autotune cache"))
                  else (line[:22].strip(), line[22:].strip()) for line in capsys.readouterr().out.splitlines())
     assert lines["numba"].strip() == numba.__version__
+    import rlxpy as rx
     from rlxpy.cpu_kernels import simd
-    assert lines["simd width"].startswith(f"{simd.resolve_width(None)} float32 lanes")
+    width = simd.resolve_width(rx.Config.from_env().simd_width)     # RLX_SIMD_WIDTH where set
+    assert lines["simd width"].startswith(f"{width} float32 lanes")
     assert lines["threads"].startswith("1 ")
     assert "RLX_NUM_THREADS=1" in lines["RLX flags"]
     assert lines["numba threading layer"] in ("omp", "tbb", "workqueue")
