@@ -78,12 +78,17 @@ def test_profile_plot_writes_a_png(tmp_path):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_profile_refuses_bad_repeat_and_bad_inputs_naming_them():
+def test_profile_and_validate_refuse_bad_repeat_bad_inputs_and_empty_batches_naming_them():
     exe = rx.compile(small_net())
     with pytest.raises(ValueError, match="repeat"):
         exe.profile(INPUTS, repeat=0)
     with pytest.raises(ValueError, match="input 'x'"):
         exe.profile({"x": np.zeros((2, 3, 12, 12), np.float32)})
+    empty = {"x": np.zeros((0, 4, 12, 12), np.float32)}
+    for check in (exe.profile, exe.validate):
+        with pytest.raises(ValueError, match="empty batch runs no kernel"):
+            check(empty)
+    assert exe.run(empty)["y"].shape == (0, 5)
 
 
 def test_rlx_profile_prints_one_line_per_thunk_and_keeps_outputs(capsys):

@@ -303,6 +303,15 @@ class Executable:
         finally:
             compiled.pool.release(bound)
 
+    @staticmethod
+    def _nonempty(shapes, what: str):
+        """profile() and validate() time and check kernels: an empty batch runs none."""
+        for name, shape in shapes.items():
+            if 0 in shape:
+                raise ValueError(f"{what}: input {name!r} has shape {shape}: an empty batch runs no kernel to "
+                                 f"{what}")
+        return shapes
+
     def _empty_run(self, shapes) -> Dict[str, np.ndarray]:
         """A dynamic dim bound to 0 (an empty batch, as Dask's meta probe sends): no kernel
         runs; the outputs are empty arrays of the shapes the graph's shape rules give, as
@@ -348,7 +357,7 @@ class Executable:
         from .profile import Profile, time_thunks
         if not isinstance(repeat, int) or repeat < 1:
             raise ValueError(f"profile: repeat must be a positive integer, got {repeat!r}")
-        compiled = self._compile_for(self.check_inputs(inputs))
+        compiled = self._compile_for(self._nonempty(self.check_inputs(inputs), "profile"))
         self.run(inputs)
         with self._shared():
             bound = compiled.pool.acquire()
@@ -366,7 +375,7 @@ class Executable:
         max absolute and relative error and the tolerance; report.ok, report.first_failure.
         tolerances: {algo: bound on max_rel} over the defaults (rlxpy.thunks.validate.TOLERANCE)."""
         from .validate import Report, Validation
-        shapes = self.check_inputs(inputs)
+        shapes = self._nonempty(self.check_inputs(inputs), "validate")
         compiled = self._compile_for(shapes)
         ref = self._reference_for(shapes)
         with self._shared():
