@@ -72,15 +72,11 @@ def run_model(path: str, given, batch: int, runs: int) -> None:
     exe = rx.compile(g)
     feeds = _feeds(g, given, batch, np.random.default_rng(0))
     out = exe.run(feeds)
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        exe.run(feeds)
-        times.append(time.perf_counter() - t0)
+    latency = _median_ms(lambda: exe.run(feeds), runs)
     for name, arr in out.items():
         print(f"output {name!r}: shape {list(arr.shape)}")
     print(exe.explain())
-    print(f"median latency over {runs} runs: {1e3 * float(np.median(times)):.3f} ms "
+    print(f"median latency over {runs} runs: {latency:.3f} ms "
           f"(inputs {', '.join(f'{k} {list(v.shape)}' for k, v in feeds.items())}; {exe.threads} threads)")
 
 

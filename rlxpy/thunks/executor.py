@@ -44,6 +44,11 @@ def check_algos(graph: Graph, algos) -> Dict[str, str]:
     return dict(algos)
 
 
+def _empty(shapes) -> Optional[str]:
+    """The first input with a zero-size dim (an empty batch), or None."""
+    return next((name for name, shape in shapes.items() if 0 in shape), None)
+
+
 @dataclass(frozen=True)
 class Compiled:
     """A plan with what runs it: its arenas, each with the thunks bound to it."""
@@ -275,12 +280,9 @@ class Executable:
 
     def run(self, inputs) -> Dict[str, np.ndarray]:
         """Outputs are fresh float32 arrays; a failed run leaves the executable usable."""
-        shapes = self.check_inputs(inputs)
-        if any(0 in s for s in shapes.values()):
-            return self._empty_run(shapes)
-        compiled = self._compile_for(shapes)
-        if self.config.validate:
-            self._raise_if_invalid(inputs)
+        compiled, empty = self._start_run(inputs)
+        if compiled is None:
+            return empty
         self.backend.threads(self.config)   # numba's pool size is per calling thread
         b = self.backend
         bound = compiled.pool.acquire()
@@ -303,13 +305,24 @@ class Executable:
         finally:
             compiled.pool.release(bound)
 
+    def _start_run(self, inputs):
+        """What every device's run does before any kernel: the input checks, then (compiled
+        plan, None) after RLX_VALIDATE's check, or (None, the empty outputs) for an empty batch."""
+        shapes = self.check_inputs(inputs)
+        if _empty(shapes):
+            return None, self._empty_run(shapes)
+        compiled = self._compile_for(shapes)
+        if self.config.validate:
+            self._raise_if_invalid(inputs)
+        return compiled, None
+
     @staticmethod
     def _nonempty(shapes, what: str):
         """profile() and validate() time and check kernels: an empty batch runs none."""
-        for name, shape in shapes.items():
-            if 0 in shape:
-                raise ValueError(f"{what}: input {name!r} has shape {shape}: an empty batch runs no kernel to "
-                                 f"{what}")
+        name = _empty(shapes)
+        if name:
+            raise ValueError(f"{what}: input {name!r} has shape {shapes[name]}: an empty batch runs no kernel to "
+                             f"{what}")
         return shapes
 
     def _empty_run(self, shapes) -> Dict[str, np.ndarray]:
@@ -343,12 +356,7 @@ class Executable:
         """RLX_PROFILE=1: each thunk timed and printed to stderr as it finishes."""
         from .profile import ProfileLine
         line = ProfileLine(plan, self._nodes, self._sync)
-        for call in calls:
-            try:
-                line.launch([call])
-            except Exception as e:
-                th = call[1]
-                raise RuntimeError(f"{th.node} ({type(th.record).__name__}, algo {th.algo}) failed: {e}") from e
+        self._launch_each([(line.wrap(fn, th), th) for fn, th in calls])
 
     # -- seeing and checking ----------------------------------------------------------------
     def profile(self, inputs, repeat: int = 10):

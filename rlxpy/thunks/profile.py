@@ -18,18 +18,22 @@ from .records import Reorder
 ROW_KEYS = ("node", "op", "algo", "ms", "percent", "gflops", "gbs", "record", "shapes")
 
 
+def timed(fn, sync: Callable[[], None]) -> float:
+    """Seconds one bound call takes, the device waited for before and after."""
+    sync()
+    t0 = time.perf_counter()
+    fn()
+    sync()
+    return time.perf_counter() - t0
+
+
 def time_thunks(calls: Sequence, repeat: int, sync: Callable[[], None]) -> List[float]:
     """Seconds per bound call: the median of `repeat` passes over all of them in run order
     (each pass is a whole run, so every thunk sees the caches a run leaves it)."""
     times: List[List[float]] = [[] for _ in calls]
-    clock = time.perf_counter
     for _ in range(repeat):
         for k, (fn, _thunk) in enumerate(calls):
-            sync()
-            t0 = clock()
-            fn()
-            sync()
-            times[k].append(clock() - t0)
+            times[k].append(timed(fn, sync))
     return [median(t) for t in times]
 
 
@@ -132,20 +136,17 @@ class Profile:
 
 
 class ProfileLine:
-    """RLX_PROFILE=1: a run's thunks launched one at a time, each printed as it finishes."""
+    """RLX_PROFILE=1: a run's bound calls, each timed and printed as it finishes."""
 
     def __init__(self, plan, nodes, sync: Callable[[], None], stream=None):
         self.plan, self.sync = plan, sync
         self.ops = {n.name: n.op for n in nodes}
         self.stream = stream or sys.stderr
 
-    def launch(self, calls) -> None:
-        clock = time.perf_counter
-        for fn, th in calls:
-            self.sync()
-            t0 = clock()
-            fn()
-            self.sync()
-            r = thunk_row(th, self.plan, clock() - t0, self.ops)
+    def wrap(self, fn, th):
+        """The bound call, timed and printed as it finishes."""
+        def call():
+            r = thunk_row(th, self.plan, timed(fn, self.sync), self.ops)
             rate = f"{r['gflops']:8.1f} GFLOP/s" if r["flops"] else f"{r['gbs']:8.1f} GB/s   "
             print(f"rlx {r['ms']:9.3f} ms {rate}  {r['algo']:<20} {r['op']:<18} {r['node']}", file=self.stream)
+        return call

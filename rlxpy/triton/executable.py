@@ -135,12 +135,9 @@ class CudaExecutable(Executable):
         return tuple(int(d) for d in arr.shape)
 
     def run(self, inputs, return_tensors: bool = False):
-        shapes = self.check_inputs(inputs)
-        if any(0 in s for s in shapes.values()):
-            return self._empty_run(shapes)
-        compiled = self._compile_for(shapes)
-        if self.config.validate:
-            self._raise_if_invalid(inputs)
+        compiled, empty = self._start_run(inputs)
+        if compiled is None:
+            return empty
         b = self.backend
         with GATE.shared():                       # a new arena copies params and prepares weights
             bound = compiled.pool.acquire()
