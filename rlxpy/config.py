@@ -64,7 +64,7 @@ TRITON_ALGOS = ("auto", "simple", "igemm", "igemm_nchw")
 SIMD_WIDTHS = (16, 8, 1)
 # algo names a conv-family node may be forced to (RLX_CONV_ALGO; DESIGN.md lists them)
 CONV_ALGOS = ("auto", "naive", "im2col", "direct", "winograd", "gemm1x1", "depthwise", "col2im", "simd_direct",
-              "nchwc_direct", "nchwc_plain_in", "nchwc_depthwise", "nchwc_pool", "parallel",
+              "nchwc_direct", "nchwc_1x1", "nchwc_plain_in", "nchwc_depthwise", "nchwc_pool", "parallel",
               "winograd_f4", "nchwc_wgrad", "nchwc_subpixel",
               "nchwc_pool_backward")
 

@@ -10,7 +10,7 @@ from typing import Callable, Iterable, List, Optional, Tuple
 
 import numpy as np
 
-VECTOR_ALGOS = ("nchwc_direct", "nchwc_plain_in", "nchwc_depthwise", "nchwc_pool", "winograd_f4",
+VECTOR_ALGOS = ("nchwc_direct", "nchwc_1x1", "nchwc_plain_in", "nchwc_depthwise", "nchwc_pool", "winograd_f4",
                 "nchwc_wgrad", "nchwc_subpixel", "nchwc_pool_backward")
 
 

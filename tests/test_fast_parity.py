@@ -28,7 +28,7 @@ WINOGRAD = rx.Config(winograd=True)
 DIRECT = rx.Config(direct_conv=True)
 CONFIGS = {"default": FAST, "winograd": WINOGRAD, "direct": DIRECT}
 TOL = {"nchwc_depthwise": 1e-4, "im2col": 1e-4, "gemm1x1": 1e-4, "direct": 1e-4, "depthwise": 1e-4, "simd_direct": 1e-4, "winograd": 1e-3,
-       "nchwc_direct": 1e-4, "nchwc_plain_in": 1e-4}
+       "nchwc_direct": 1e-4, "nchwc_1x1": 1e-4, "nchwc_plain_in": 1e-4}
 
 
 def expected_conv2d_algo(config, case):
@@ -61,7 +61,8 @@ def expected_conv2d_algo(config, case):
     blocks = lambda n: -(-n // lanes) * lanes  # noqa: E731
     whole = groups == 1 or ((c // groups) % lanes == 0 and (kout // groups) % lanes == 0)
     if nsp <= 2 and whole and (groups > 1 or blocks(c) * blocks(kout) <= 1.34 * c * kout):
-        return "nchwc_direct"
+        unpadded = not np.any(kw["padding"])
+        return "nchwc_1x1" if k == (1,) * nsp and unpadded and groups == 1 else "nchwc_direct"
     return "im2col"
 
 

@@ -53,6 +53,59 @@ def test_nchwc_direct_matches_reference_at_every_width(case, width):
     assert_close(out, ref, TOL, f"{th.algo} {width} {case.id}")
 
 
+def _why_not_1x1(case):
+    """Why nchwc_1x1 can't run a case, restated from its fields (None: it can)."""
+    (_, x), (_, w) = case.inputs[0], case.params[0]
+    if any(k != 1 for k in w[2:]):
+        return "not 1x1"
+    if np.any(case.kw["padding"]):
+        return "padded"
+    if case.kw["groups"] != 1:
+        return "groups"
+    if len(x) == 5:
+        return "3-D"
+    return None
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: c.id)
+def test_nchwc_1x1_matches_reference_at_every_width(case, width):
+    ref, _, _, _ = run_case(case, REFERENCE, seed=42)
+    out, exe, _, _ = run_case(case, rx.Config(conv_algo="nchwc_1x1", simd_width=width), seed=42)
+    th = main_thunk(exe)
+    why = _why_not_1x1(case)
+    if why is None:
+        assert (th.algo, th.tiling.lanes) == ("nchwc_1x1", width), exe.explain()
+        assert [t.algo for t in exe.thunks] == ["nchwc_1x1"]      # x copied in blocked, y written plain
+    else:
+        assert th.algo != "nchwc_1x1" and "RLX_CONV_ALGO=nchwc_1x1 not eligible" in th.why
+        assert why.split()[0] in th.why
+    assert_close(out, ref, TOL, f"{th.algo} {width} {case.id}")
+
+
+@pytest.mark.parametrize("width", [8, 16])
+def test_nchwc_1x1_pair_groups_lone_block_and_epilogue(monkeypatch, width):
+    """Output pairs split over work items (a weight budget of one pair), a lone last block
+    (5 blocks), a strided 1x1 between blocked neighbours with relu and a residual add fused
+    into its store: against the reference kernels."""
+    from rlxpy.cpu_kernels import nchwc_1x1
+    monkeypatch.setattr(nchwc_1x1, "WEIGHT_BYTES", 1)
+    rng = np.random.default_rng(47)
+    k = 5 * width - 3
+    g = rx.Graph()
+    x = g.input("x", (2, 13, 11, 9))
+    a = g.conv(x, g.param("wa", rand(rng, k, 13, 3, 3)), padding=1, name="a")
+    b = g.conv(a, g.param("wb", rand(rng, k, k, 1, 1)), bias=g.param("bb", rand(rng, k)), stride=2, name="b")
+    r = g.conv(a, g.param("wr", rand(rng, k, k, 3, 3)), stride=2, padding=1, name="r")
+    g.output("y", g.conv(g.relu(g.add(b, r)), g.param("wc", rand(rng, 6, k, 3, 3)), padding=1, name="c"))
+    exe = rx.compile(g, rx.Config(simd_width=width))
+    th = {t.node.split("+")[0]: t for t in exe.thunks if t.algo != "reorder"}
+    assert th["b"].algo == "nchwc_1x1" and th["b"].tiling.k_blocks == 1, exe.explain()
+    assert dict(th["b"].layouts)["y"] == blocked(width) and "residual add + relu" in th["b"].why, exe.explain()
+    xv = rand(rng, 2, 13, 11, 9)
+    assert_close(exe.run({"x": xv})["y"], rx.compile(g, REFERENCE).run({"x": xv})["y"], TOL, "nchwc_1x1 pair groups")
+
+
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: c.id)
 def test_nchwc_plain_in_matches_reference_at_every_width(case, width):
@@ -408,7 +461,7 @@ def test_rlx_winograd_f4_takes_stride1_3x3_transposed_convs_and_input_gradients(
 
 def test_a_1x1_conv_between_blocked_neighbours_takes_the_blocked_kernel():
     """Alone a 1x1 conv is one GEMM per image (plain); between blocked kernels the backend
-    is asked again and takes nchwc_direct, sparing a reorder on each side."""
+    is asked again and takes the blocked GEMM nchwc_1x1, sparing a reorder on each side."""
     rng = np.random.default_rng(57)
     lanes = simd.resolve_width(None)
     if lanes == 1:
@@ -422,7 +475,7 @@ def test_a_1x1_conv_between_blocked_neighbours_takes_the_blocked_kernel():
     g.output("y", d)
     exe = rx.compile(g)
     th = {t.node: t for t in exe.thunks}
-    assert [t.algo for t in exe.thunks] == ["nchwc_depthwise", "nchwc_direct", "nchwc_direct"]
+    assert [t.algo for t in exe.thunks] == ["nchwc_depthwise", "nchwc_1x1", "nchwc_direct"]
     assert "between blocked neighbours" in th["pw"].why
     xv = rand(rng, 2, c, 9, 10)
     assert_close(exe.run({"x": xv})["y"], rx.compile(g, REFERENCE).run({"x": xv})["y"], TOL)

@@ -18,6 +18,10 @@ RNG = np.random.default_rng(70)
 X = rand(RNG, 2, 5, 6, 7)
 X[0, 0, 0, :3] = [np.nan, np.inf, -np.inf]         # specials go through as PyTorch's do
 
+X_NAN_LATE = rand(RNG, 2, 5, 6, 7)
+X_NAN_LATE[1, 2, 4, 3:6] = [np.inf, np.nan, 1e30]   # a NaN after a larger value still wins a max
+X_NAN_LATE[0, 1, 5, 6] = -np.inf
+
 W_LIN, B_LIN = rand(RNG, 4, 7), rand(RNG, 4)
 BN = [rand(RNG, 5), np.abs(rand(RNG, 5)) + 0.5, rand(RNG, 5), rand(RNG, 5)]
 T = torch.from_numpy
@@ -61,6 +65,9 @@ CASES = {
     "global_avg_pool": (lambda g, v: g.global_avg_pool(v["x"]), lambda x: F.adaptive_avg_pool2d(x, 1), {"x": X}),
     "global_max_pool": (lambda g, v: g.global_max_pool(v["x"]), lambda x: F.adaptive_max_pool2d(x, 1), {"x": X}),
     "mean": (lambda g, v: g.mean(v["x"], (1, 3)), lambda x: x.mean((1, 3)), {"x": X}),
+    "mean_trailing": (lambda g, v: g.mean(v["x"], (-1, 2)), lambda x: x.mean((2, 3)), {"x": X}),
+    "global_max_pool_nan_late": (lambda g, v: g.global_max_pool(v["x"]), lambda x: F.adaptive_max_pool2d(x, 1),
+                                 {"x": X_NAN_LATE}),
     "softmax": (lambda g, v: g.softmax(v["x"], 1), lambda x: F.softmax(x, 1), {"x": X}),
     "log_softmax": (lambda g, v: g.log_softmax(v["x"], -1), lambda x: F.log_softmax(x, -1), {"x": X}),
     "batch_norm": (lambda g, v: g.batch_norm(v["x"], *[g.param(f"bn{i}", a) for i, a in enumerate(BN)], eps=1e-3),
@@ -82,6 +89,29 @@ def test_op_matches_pytorch(name, config):
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6, equal_nan=True)
     if not config.fast_conv:
         assert {t.algo for t in exe.thunks} == {"naive"}
+
+
+@pytest.mark.parametrize("rows, cols", [(8, 1000), (130, 3), (1, 1), (200, 70)])
+def test_linear_blocks_cover_every_row_and_column_once(rows, cols):
+    """The fast linear's work items (blocks of rows x blocks of columns) against numpy, on
+    shapes that split rows, columns, both or neither, with a bias."""
+    rng = np.random.default_rng(72)
+    x, w, b = rand(rng, rows, 37), rand(rng, cols, 37), rand(rng, cols)
+    g = rx.Graph()
+    g.output("y", g.linear(g.input("x", x.shape), g.param("w", w), g.param("b", b)))
+    exe = rx.compile(g)
+    assert exe.thunks[0].algo == "blas"
+    np.testing.assert_allclose(exe.run({"x": x})["y"], x.astype(np.float64) @ w.T + b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("axes, algo", [((2, 3), "rows"), ((-1,), "rows"), ((1, 3), "numpy"), ((0,), "numpy")])
+def test_reductions_over_trailing_axes_take_the_row_kernel(axes, algo):
+    g = rx.Graph()
+    g.output("y", g.mean(g.input("x", X.shape), axes))
+    exe = rx.compile(g)
+    assert exe.thunks[0].algo == algo, exe.explain()
+    np.testing.assert_allclose(exe.run({"x": X_NAN_LATE})["y"], X_NAN_LATE.astype(np.float64).mean(axes),
+                               rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("build, message", [

@@ -21,7 +21,7 @@ from .conv2d import winograd_filter_floats, winograd_slot_floats
 from .conv3d import im2col_slot_floats
 from .conv_transpose import col2im_slot_floats
 from ..thunks.layout import PLAIN, blocked, lanes_of
-from . import direct_simd, nchwc, nchwc_wgrad, simd, subpixel, winograd_f4
+from . import direct_simd, nchwc, nchwc_1x1, nchwc_wgrad, simd, subpixel, winograd_f4
 
 CHOOSE: Dict[Type[R.Record], Callable[[R.Record, ChoiceContext], Choice]] = {}
 chooser = registrar(CHOOSE, "CPU chooser")   # @chooser(RecordType)
@@ -91,6 +91,23 @@ def nchwc_choice(g: ConvGeometry, ctx: ChoiceContext, why: str, passed=(), roles
                           ((roles[0], blocked(lanes)), (roles[1], blocked(lanes))), plain_ok=(roles[1],)))
 
 
+def nchwc_1x1_choice(g: ConvGeometry, ctx: ChoiceContext, why: str, passed=()) -> Choice:
+    lanes = _lanes(ctx)
+    chunk, pairs = nchwc_1x1.work_split(g.lifted(2), lanes, ctx.threads)
+    blocks = min(2 * pairs, -(-g.y_shape[1] // lanes))
+    return _capped(Choice("nchwc_1x1", f"{why} (NCHW{lanes}c GEMM: each 6-pixel tile of x through {blocks} output "
+                                       f"blocks of {lanes} channels a work item){_then(passed)}",
+                          0, 4 * nchwc.packed_floats(g.lifted(2), lanes), Tiling(tile=chunk, k_blocks=pairs, lanes=lanes),
+                          (("x", blocked(lanes)), ("y", blocked(lanes))), plain_ok=("y",)))
+
+
+def blocked_conv_choice(g: ConvGeometry, ctx: ChoiceContext, why: str, passed=()) -> Choice:
+    """The default's blocked kernel for a conv: nchwc_1x1 for a pointwise one, else nchwc_direct."""
+    if nchwc_1x1.eligible(g, _lanes(ctx)) is None:
+        return nchwc_1x1_choice(g, ctx, why, passed)
+    return nchwc_choice(g, ctx, why, passed)
+
+
 def transposed_reason(rec, eligible) -> Optional[str]:
     """None when a transposed conv or input gradient, as the forward conv it equals
     (nchwc.as_forward: stride 1), is one `eligible(geometry)` accepts; else why not."""
@@ -120,9 +137,9 @@ def plain_in_choice(g: ConvGeometry, ctx: ChoiceContext, why: str, passed=()) ->
 def depthwise_choice(g: ConvGeometry, ctx: ChoiceContext, why: str, passed=()) -> Choice:
     lanes = _lanes(ctx)
     return _capped(Choice("nchwc_depthwise", f"{why} (NCHW{lanes}c: one vector of {lanes} channels a tap, 6 "
-                                             f"pixels a tile){_then(passed)}",
+                                             f"pixels of a row a tile){_then(passed)}",
                           0, 4 * nchwc.depthwise_packed_floats(g.lifted(2), lanes),
-                          Tiling(tile=nchwc.pool_items(g.lifted(2), lanes, ctx.threads), lanes=lanes),
+                          Tiling(tile=nchwc.depthwise_rows(g.lifted(2), lanes, ctx.threads), lanes=lanes),
                           (("x", blocked(lanes)), ("y", blocked(lanes))), plain_ok=("y",)))
 
 
@@ -183,6 +200,8 @@ _FORCED_SIMD_DIRECT = _forced(lambda rec, ctx: simd_direct_choice(rec.geometry, 
                               _of_geometry(direct_simd.eligible))
 _FORCED_NCHWC = _forced(lambda rec, ctx: nchwc_choice(rec.geometry, ctx, f"{_WHY}=nchwc_direct"),
                         lambda rec, ctx: nchwc.eligible(rec.geometry, _lanes(ctx)))
+_FORCED_1X1 = _forced(lambda rec, ctx: nchwc_1x1_choice(rec.geometry, ctx, f"{_WHY}=nchwc_1x1"),
+                      lambda rec, ctx: nchwc_1x1.eligible(rec.geometry, _lanes(ctx)))
 _FORCED_PLAIN_IN = _forced(lambda rec, ctx: plain_in_choice(rec.geometry, ctx, f"{_WHY}=nchwc_plain_in"),
                            lambda rec, ctx: nchwc.plain_in_eligible(rec.geometry, _lanes(ctx)))
 _FORCED_TRANSPOSED_NCHWC = _forced(lambda rec, ctx: transposed_nchwc_choice(rec, ctx, f"{_WHY}=nchwc_direct"),
@@ -229,6 +248,8 @@ FORCED = {
     (R.Conv2D1x1, "simd_direct"): _FORCED_SIMD_DIRECT,
     (R.Conv2D, "nchwc_direct"): _FORCED_NCHWC,
     (R.Conv2D1x1, "nchwc_direct"): _FORCED_NCHWC,
+    (R.Conv2D, "nchwc_1x1"): _FORCED_1X1,
+    (R.Conv2D1x1, "nchwc_1x1"): _FORCED_1X1,
     (R.Conv2D, "nchwc_plain_in"): _FORCED_PLAIN_IN,
     (R.Conv2D1x1, "nchwc_plain_in"): _FORCED_PLAIN_IN,
     (R.Conv2D, "nchwc_depthwise"): _FORCED_DEPTHWISE,
@@ -388,7 +409,7 @@ def _blocked_or_im2col(g: ConvGeometry, ctx: ChoiceContext, lanes: int, passed) 
     im2col + GEMM."""
     blocked_why = "RLX_SIMD_WIDTH=1" if lanes == 1 else nchwc_default_reason(g, lanes)
     if blocked_why is None:
-        return nchwc_choice(g, ctx, "vector direct conv", passed)
+        return blocked_conv_choice(g, ctx, "vector conv", passed)
     return im2col_choice(g, ctx, f"im2col+GEMM ({blocked_why}); " + "; ".join(passed))
 
 
@@ -400,7 +421,7 @@ def choose_conv2d_1x1(rec: R.Conv2D1x1, ctx: ChoiceContext) -> Choice:
     if ctx.near_blocked and lanes > 1 and nchwc_default_reason(rec.geometry, lanes) is None:
         # alone, one GEMM per image is about 10% faster (pointwise 144 -> 24 @56); between
         # blocked neighbours the blocked kernel spares a reorder on each side
-        return nchwc_choice(rec.geometry, ctx, "1x1 between blocked neighbours")
+        return nchwc_1x1_choice(rec.geometry, ctx, "1x1 between blocked neighbours")
     return gemm1x1_choice(rec, ctx)
 
 

@@ -16,8 +16,8 @@ from ..thunks import records as R
 from ..thunks.arena import view
 from ..thunks.layout import PLAIN, lanes_of
 from ..thunks.records import ABSENT, Thunk
-from . import (backward, conv2d, conv3d, conv_transpose, direct_simd, im2col, nchwc, nchwc_pool_backward, nchwc_wgrad, pool,
-               resize, simd, subpixel, winograd_f4)
+from . import (backward, conv2d, conv3d, conv_transpose, direct_simd, im2col, nchwc, nchwc_1x1, nchwc_pool_backward,
+               nchwc_wgrad, pool, resize, simd, subpixel, winograd_f4)
 
 EXEC: Dict[Tuple[Type[R.Record], str], Callable[[Thunk, np.ndarray], None]] = {}
 runs = registrar(EXEC, "CPU kernel")            # @runs(RecordType, algo)
@@ -290,7 +290,7 @@ NATIVE_ACTS = {"": 0, "relu": 1, "clip": 1}      # the epilogues nchwc.conv appl
 
 def native_epilogue(t: Thunk) -> bool:
     """Whether the thunk's kernel applies its fused epilogue in its own store (else a pass
-    over y follows it): the blocked convs (nchwc_direct, nchwc_plain_in, nchwc_depthwise)
+    over y follows it): the blocked convs (nchwc_direct, nchwc_1x1, nchwc_plain_in, nchwc_depthwise)
     writing blocked y, residual add and relu / clip."""
     rec = t.record
     return (getattr(rec, "fused", False) and t.algo in NATIVE_EPILOGUE_ALGOS
@@ -300,7 +300,7 @@ def native_epilogue(t: Thunk) -> bool:
 
 # the kernels that take nchwc.conv's `epi` argument (a pass over y costs as much as a
 # depthwise conv's own work when y has left the cache)
-NATIVE_EPILOGUE_ALGOS = ("nchwc_direct", "nchwc_plain_in", "nchwc_depthwise")
+NATIVE_EPILOGUE_ALGOS = ("nchwc_direct", "nchwc_1x1", "nchwc_plain_in", "nchwc_depthwise")
 
 
 def _epi_args(t: Thunk, arena):
@@ -331,6 +331,24 @@ def conv_nchwc_direct(t, arena):
             *_geometry_args(g), g.groups, *nchwc.group_blocks(g, lanes), t.tiling.tile, _epi_args(t, arena),
             simd.lanes(lanes))
     return with_weights(nchwc.conv, args, t, nchwc.pack, _nchwc_pack_args(t, arena))
+
+
+@prepares(R.Conv2D, "nchwc_1x1")
+@prepares(R.Conv2D1x1, "nchwc_1x1")
+def nchwc_1x1_prepare(t, arena):
+    """The weights packed as nchwc_direct's (one group, one tap), once per arena."""
+    return nchwc.pack, _nchwc_pack_args(t, arena)
+
+
+@runs(R.Conv2D, "nchwc_1x1")
+@runs(R.Conv2D1x1, "nchwc_1x1")
+def conv_nchwc_1x1(t, arena):
+    g = t.record.geometry.lifted(2)
+    lanes = t.tiling.lanes
+    args = (arena, t.off("x") // 4, t.persistent_off // 4, *_y_args(t, arena), g.y_shape[1], g.x_shape[0],
+            *g.x_shape[2:], *g.y_shape[2:], *g.stride, *nchwc.group_blocks(g, lanes), t.tiling.tile,
+            t.tiling.k_blocks, _epi_args(t, arena), simd.lanes(lanes))
+    return with_weights(nchwc_1x1.conv1x1, args, t, nchwc.pack, _nchwc_pack_args(t, arena))
 
 
 def _plain_in_pack_args(t, arena):
@@ -453,6 +471,7 @@ def _y_at(ya_index: int):
 # (record type, algo) -> redirect(args, y): the args writing the output into y instead
 OUTPUT_ARG = {
     (R.Conv2D, "nchwc_direct"): _y_at(3), (R.Conv2D1x1, "nchwc_direct"): _y_at(3),
+    (R.Conv2D, "nchwc_1x1"): _y_at(3), (R.Conv2D1x1, "nchwc_1x1"): _y_at(3),
     (R.Conv2D, "nchwc_plain_in"): _y_at(3), (R.Conv2D1x1, "nchwc_plain_in"): _y_at(3),
     (R.Conv2D, "nchwc_depthwise"): _y_at(3),
     (R.Conv3d, "nchwc_direct"): _y_at(3), (R.Conv3d, "nchwc_plain_in"): _y_at(3), (R.Conv3d, "nchwc_depthwise"): _y_at(3),

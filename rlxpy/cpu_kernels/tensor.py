@@ -238,20 +238,48 @@ def channel_affine(x, y, scale, shift, N, C, S):
 # (numpy's own BLAS is a second thread pool: its threads spin after each call and took the
 # cores from the next numba kernels, 2.5x slower ResNet-18 runs, measured)
 @parallel_kernel
-def linear(x, w, b, y, rows, k, o, col_blocks):
-    """y[rows, o] = x[rows, k] @ w[o, k].T (+ b): work items are (row, block of output
-    columns) pairs of about rows * col_blocks items."""
-    step = (o + col_blocks - 1) // col_blocks
-    for it in prange(rows * col_blocks):
-        r = it // col_blocks
-        c0 = (it - r * col_blocks) * step
-        c1 = min(o, c0 + step)
-        if c1 > c0:
-            sgemm(False, True, 1, c1 - c0, k, x.ctypes.data + 4 * r * k, k, w.ctypes.data + 4 * c0 * k, k, False,
-                  y.ctypes.data + 4 * (r * o + c0), o)
+def linear(x, w, b, y, rows, k, o, row_blocks, col_blocks):
+    """y[rows, o] = x[rows, k] @ w[o, k].T (+ b): work items are (block of rows, block of
+    output columns), one SGEMM each, so w is read once per row block (per row, a batch of
+    8 read the 5 MB of a 1280 -> 1000 head 8 times: 4.1 ms against onnxruntime's 0.3)."""
+    rstep = (rows + row_blocks - 1) // row_blocks
+    cstep = (o + col_blocks - 1) // col_blocks
+    for it in prange(row_blocks * col_blocks):
+        rb = it // col_blocks
+        r0 = rb * rstep
+        r1 = min(rows, r0 + rstep)
+        c0 = (it - rb * col_blocks) * cstep
+        c1 = min(o, c0 + cstep)
+        if r1 > r0 and c1 > c0:
+            sgemm(False, True, r1 - r0, c1 - c0, k, x.ctypes.data + 4 * r0 * k, k, w.ctypes.data + 4 * c0 * k, k,
+                  False, y.ctypes.data + 4 * (r0 * o + c0), o)
             if b.size > 0:
-                for c in range(c0, c1):
-                    y[r * o + c] += b[c]
+                for r in range(r0, r1):
+                    for c in range(c0, c1):
+                        y[r * o + c] += b[c]
+
+
+@parallel_kernel
+def reduce_rows(x, y, rows, width, mean):
+    """y[r] = the mean (or max) of x[r * width:(r + 1) * width], summed in float64; the max
+    is NaN where the row holds one (numpy's and PyTorch's rule). np.mean over the last two
+    axes of [8, 1280, 7, 7] (MobileNetV2's global pooling) took 0.43 ms; this about 0.05."""
+    for r in prange(rows):
+        base = r * width
+        if mean:
+            acc = 0.0
+            for i in range(width):
+                acc += x[base + i]
+            y[r] = acc / width
+        else:
+            m = x[base]
+            for i in range(1, width):
+                v = x[base + i]
+                if v > m or v != v:
+                    m = v
+                if m != m:
+                    break
+            y[r] = m
 
 
 @parallel_kernel

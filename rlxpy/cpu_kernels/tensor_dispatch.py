@@ -73,7 +73,16 @@ def choose_gemm(rec, ctx: ChoiceContext) -> Choice:
 def choose_reduce(rec, ctx: ChoiceContext) -> Choice:
     if not ctx.config.fast_conv:
         return reference(type(rec).__name__.lower(), ctx.config)
+    g = rec.geometry
+    if isinstance(rec, TR.Reduce) and trailing_axes(g.params, len(g.x_shape)) and prod(g.x_shape) > 0:
+        return Choice("rows", "over trailing axes (global pooling): one contiguous row per output, rows in "
+                              "parallel")
     return Choice("numpy", "numpy in float32 into y")
+
+
+def trailing_axes(axes, ndim: int) -> bool:
+    """Whether the reduced axes are the last ones (each output reads one contiguous row)."""
+    return len(axes) > 0 and tuple(sorted(axes)) == tuple(range(ndim - len(axes), ndim))
 
 
 def _move(rec, ctx: ChoiceContext) -> Choice:
@@ -228,9 +237,18 @@ def _linear_views(t, arena):
 def linear_fast(t, arena):
     x, w, b, y = _linear_views(t, arena)
     rows, (o, k) = x.shape[0], w.shape
-    col_blocks = max(1, min(o, -(-4 * _threads() // rows)))     # some 4 items a worker
+    row_blocks, col_blocks = linear_blocks(rows, o, _threads())
     return tensor.linear, (x.reshape(-1), w.reshape(-1), NO_BIAS if b is None else b, y.reshape(-1), rows, k, o,
-                           col_blocks)
+                           row_blocks, col_blocks)
+
+
+def linear_blocks(rows: int, o: int, threads: int) -> tuple:
+    """(row blocks, column blocks) of linear's work items: rows in blocks of at least 64 (each
+    block reads all of w), then columns cut until there are about two items a thread (at
+    least 16 columns an item)."""
+    row_blocks = max(1, min(2 * threads, rows // 64))
+    col_blocks = max(1, min(-(-o // 16), -(-2 * threads // row_blocks)))
+    return row_blocks, col_blocks
 
 
 @runs(TR.Linear, "naive")
@@ -254,6 +272,14 @@ def reduce_fast(t, arena):
     x, y = _reduce_views(t, arena)
     fn = np.mean if g.mode == "mean" else np.max
     return (lambda: fn(x, axis=g.params, keepdims=True, out=y)), ()
+
+
+@runs(TR.Reduce, "rows")
+def reduce_rows(t, arena):
+    g = t.record.geometry
+    x, y = _reduce_views(t, arena)
+    width = prod(g.x_shape[len(g.x_shape) - len(g.params):])
+    return tensor.reduce_rows, (x.reshape(-1), y.reshape(-1), y.size, width, g.mode == "mean")
 
 
 @runs(TR.Reduce, "naive")

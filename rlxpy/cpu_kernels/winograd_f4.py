@@ -23,7 +23,7 @@ import numpy as np
 from numba import prange
 
 from .jit import inlined, parallel_kernel
-from .nchwc import _fma_6x2, _put_block, _put_tile, _tap, _zeros12, no_epi
+from .nchwc import _fma_6x2, _put_block, _put_tile, _tap, _zeros12, no_ep
 from .simd import nlanes, vadd, vfma, vload, vmul, vsplat, vstore, vsub, vzero
 
 TILES = 12      # 4x4 output tiles per work item: two groups of 6 for the micro-kernel
@@ -193,7 +193,8 @@ def conv(a, x0, p0, ya, y0, y_plain, K, N, C, H, Wi, OH, OW, ph, pw, s0, slot, k
                                            vload(a, w1 + ci * V, L), acc, L)
                     # M [36, OCB, TILES, V]: nchwc's blocked tile store, with "image" e and
                     # "pixels" the TILES tiles
-                    _put_tile(a, m, False, e, ob0, ob1, two, tg, 6, K, TILES, OCB, vzero(L), vzero(L), acc, no_epi(a), L)
+                    _put_tile(a, m, False, e, ob0, ob1, two, tg, 6, K, TILES, OCB, vzero(L), vzero(L), acc, no_ep(), a,
+                              L)
         # 3. output transform, bias, store
         for t in range(nt):
             th = (t0 + t) // TW
@@ -216,6 +217,6 @@ def conv(a, x0, p0, ya, y0, y_plain, K, N, C, H, Wi, OH, OW, ph, pw, s0, slot, k
                             vload(a, row + 3 * V, L), vload(a, row + 4 * V, L), vload(a, row + 5 * V, L), L)
                     q0, q1, q2, q3 = vadd(q[0], bias), vadd(q[1], bias), vadd(q[2], bias), vadd(q[3], bias)
                     # the row's (up to) 4 pixels as a 6-pixel store with 2 dead ones
-                    _put_block(ya, y0, y_plain, n, ob, OCB, K, P, (oh0 + i) * OW + ow0, count, q0, q1, q2, q3, q3, q3, no_epi(ya),
-                               L)
+                    _put_block(ya, y0, y_plain, n, ob, OCB, K, P, (oh0 + i) * OW + ow0, count, q0, q1, q2, q3, q3, q3,
+                               no_ep(), ya, L)
 

@@ -1,0 +1,172 @@
+"""The pointwise (1x1, unpadded, one group, any stride) convolution on NCHWc (algo
+`nchwc_1x1`): a GEMM per image, y[K, P] = w[K, C] x[C, P], in the blocked layout.
+
+nchwc_direct runs a 1x1 conv too, but its work items hold one pair of output blocks over a
+run of pixels: every pair streams the whole image through the cache again (1.8 MB an
+image for 144 channels at 56x56: from memory nine times for 144 -> 144), and a lone last
+block computes its tile twice. Here a work item is a run of pixels and a group of output
+pairs: each 6-pixel tile of x (6 x C floats) is loaded into L1 once and reused by every
+pair of the group, whose packed weights (at most WEIGHT_BYTES) stay in L2 across the
+tiles. A lone last block takes a 6 x 1 tile. Measured on MobileNetV2's pointwise shapes
+(batch 8, AVX2, 2 cores, one kernel called directly): 117-181 GFLOP/s against
+nchwc_direct's 50-71 (onnxruntime's own: 104-170 on the same shapes, in one process).
+
+The weights are nchwc.pack's [out block, in block, 1, 1, V in, V out] (one group), then
+the bias and V zeros; the tile store, bias and fused epilogue are nchwc's.
+"""
+from __future__ import annotations
+
+from math import ceil
+
+from numba import prange
+
+from .jit import inlined, parallel_kernel
+from .nchwc import TP, _fma_6x2, _put_block, _put_tile, _zeros12, group_blocks
+from .simd import nlanes, vadd, vbcast, vfma, vload, vzero
+
+# The packed weights of one item's group of output pairs: about a quarter of a 512 KiB L2,
+# leaving room for the x tiles and y. (32 to 400 KiB measured within noise of each other on
+# the MobileNetV2 shapes; the split matters for balance at batch 1.)
+WEIGHT_BYTES = 128 << 10
+X_RUN_BYTES = 16 << 10       # half of a 32 KiB L1
+
+
+def eligible(g, lanes: int):
+    """None when nchwc_1x1 can run the conv, else why not."""
+    if any(k != 1 for k in g.kernel):
+        return f"kernel {tuple(g.kernel)}, not 1x1"
+    if any(g.pad_begin) or any(g.pad_end):
+        return "padded"
+    if g.groups != 1:
+        return f"groups {g.groups}"
+    if len(g.kernel) > 2:
+        return "3-D"
+    return None
+
+
+def work_split(g, lanes: int, threads: int) -> tuple:
+    """(pixels per item, output pairs per item) for a 2-D (lifted) geometry: pair groups
+    whose weights fit WEIGHT_BYTES, then runs of about 8 tiles, fewer where the items would
+    not give every thread 4, evened out so no run is a sliver."""
+    cb, ocb = group_blocks(g, lanes)
+    pairs = -(-ocb // 2)
+    per_pair = cb * lanes * lanes * 2 * 4
+    gpairs = max(1, min(pairs, WEIGHT_BYTES // per_pair))
+    ngroups = ceil(pairs / gpairs)
+    gpairs = ceil(pairs / ngroups)
+    tiles = ceil(g.y_shape[2] * g.y_shape[3] / TP)
+    outer = g.x_shape[0] * ngroups
+    per = min(8, tiles)
+    while per > 1 and outer * ceil(tiles / per) < 4 * threads:
+        per -= 1
+    per = ceil(tiles / ceil(tiles / per))
+    return per * TP, gpairs
+
+
+@inlined
+def _fma_6x1(a, o0, o1, o2, o3, o4, o5, w0, acc6, L):
+    """A lone output block: x at o0..o5 (broadcast) times one weight vector, 6 accumulators."""
+    a0, a1, a2, a3, a4, a5 = acc6
+    return (vfma(vbcast(a, o0, L), w0, a0), vfma(vbcast(a, o1, L), w0, a1), vfma(vbcast(a, o2, L), w0, a2),
+            vfma(vbcast(a, o3, L), w0, a3), vfma(vbcast(a, o4, L), w0, a4), vfma(vbcast(a, o5, L), w0, a5))
+
+
+@inlined
+def _next_pixel(oh, ow, OW):
+    ow += 1
+    if ow == OW:
+        return oh + 1, 0
+    return oh, ow
+
+
+@inlined
+def _tile_pixels(q0, live, contiguous, OW, Wi, sh, sw, V):
+    """The input offset (floats within a blocked plane) of each of the tile's 6 output
+    pixels from q0; a pixel past the live ones repeats the first's."""
+    if contiguous:                  # stride 1: output pixel q is input pixel q
+        p0 = q0 * V
+        return (p0, (q0 + 1) * V if live > 1 else p0, (q0 + 2) * V if live > 2 else p0,
+                (q0 + 3) * V if live > 3 else p0, (q0 + 4) * V if live > 4 else p0,
+                (q0 + 5) * V if live > 5 else p0)
+    oh = q0 // OW
+    ow = q0 - oh * OW
+    p0 = (oh * sh * Wi + ow * sw) * V
+    oh, ow = _next_pixel(oh, ow, OW)
+    p1 = (oh * sh * Wi + ow * sw) * V if live > 1 else p0
+    oh, ow = _next_pixel(oh, ow, OW)
+    p2 = (oh * sh * Wi + ow * sw) * V if live > 2 else p0
+    oh, ow = _next_pixel(oh, ow, OW)
+    p3 = (oh * sh * Wi + ow * sw) * V if live > 3 else p0
+    oh, ow = _next_pixel(oh, ow, OW)
+    p4 = (oh * sh * Wi + ow * sw) * V if live > 4 else p0
+    oh, ow = _next_pixel(oh, ow, OW)
+    p5 = (oh * sh * Wi + ow * sw) * V if live > 5 else p0
+    return p0, p1, p2, p3, p4, p5
+
+
+@parallel_kernel
+def conv1x1(a, x0, p0, ya, y0, y_plain, K, N, H, Wi, OH, OW, sh, sw, CB, OCB, chunk, gpairs, epi, L):
+    """y (in ya at y0: blocked, or plain [N, K, OH, OW] when y_plain) = the 1x1 conv of x
+    (blocked [N, CB, H*W, V], in a at x0) with the weights and bias packed at p0. Work
+    items: (image, group of gpairs output pairs, run of `chunk` pixels); per 6-pixel tile,
+    every pair of the group over all of C. epi: the fused epilogue (nchwc._epi)."""
+    V = nlanes(L)
+    e_kind, e_lo, e_hi, ra, e_r0 = epi         # once, outside the prange (see _epi)
+    ep = (e_kind, e_lo, e_hi, e_r0)
+    P = OH * OW
+    HW = H * Wi
+    pairs = (OCB + 1) // 2
+    ngroups = (pairs + gpairs - 1) // gpairs
+    chunks = (P + chunk - 1) // chunk
+    bias0 = p0 + OCB * CB * V * V
+    contiguous = sh == 1 and sw == 1 and OW == Wi
+    for it in prange(N * ngroups * chunks):
+        V = nlanes(L)          # again inside the loop body: numba outlines it, and V must stay a constant
+        ch = it % chunks
+        r = it // chunks
+        gp = r % ngroups
+        n = r // ngroups
+        xn = x0 + n * CB * HW * V
+        pr0 = gp * gpairs
+        npr = min(pairs, pr0 + gpairs) - pr0
+        q1 = ch * chunk
+        nt = (min(P, q1 + chunk) - q1 + TP - 1) // TP
+        # where the run's x fits in L1 (few input channels, stride 1) each pair sweeps the run,
+        # writing y in long runs per block (24 -> 144 @56: 4% faster); else each tile goes
+        # through every pair while it is in L1 (64 -> 128 @56 stride 2: 11% faster)
+        pairs_outer = contiguous and chunk * CB * V * 4 <= X_RUN_BYTES
+        for j in range(nt * npr):
+            if pairs_outer:
+                pr = j // nt
+                q0 = q1 + (j - pr * nt) * TP
+            else:
+                t = j // npr
+                pr = j - t * npr
+                q0 = q1 + t * TP
+            pr += pr0
+            live = min(TP, P - q0, q1 + chunk - q0)
+            d0, d1, d2, d3, d4, d5 = _tile_pixels(q0, live, contiguous, OW, Wi, sh, sw, V)
+            ob0 = 2 * pr
+            if ob0 + 1 < OCB:
+                acc = _zeros12(L)
+                for ib in range(CB):
+                    xb = xn + ib * HW * V
+                    w0 = p0 + (ob0 * CB + ib) * V * V
+                    w1 = w0 + CB * V * V
+                    for ci in range(V):
+                        acc = _fma_6x2(a, xb + d0 + ci, xb + d1 + ci, xb + d2 + ci, xb + d3 + ci, xb + d4 + ci,
+                                       xb + d5 + ci, vload(a, w0 + ci * V, L), vload(a, w1 + ci * V, L), acc, L)
+                _put_tile(ya, y0, y_plain, n, ob0, ob0 + 1, True, q0, live, K, P, OCB,
+                          vload(a, bias0 + ob0 * V, L), vload(a, bias0 + (ob0 + 1) * V, L), acc, ep, ra, L)
+            else:
+                z = vzero(L)
+                acc6 = (z, z, z, z, z, z)
+                for ib in range(CB):
+                    xb = xn + ib * HW * V
+                    w0 = p0 + (ob0 * CB + ib) * V * V
+                    for ci in range(V):
+                        acc6 = _fma_6x1(a, xb + d0 + ci, xb + d1 + ci, xb + d2 + ci, xb + d3 + ci, xb + d4 + ci,
+                                        xb + d5 + ci, vload(a, w0 + ci * V, L), acc6, L)
+                bv = vload(a, bias0 + ob0 * V, L)
+                _put_block(ya, y0, y_plain, n, ob0, OCB, K, P, q0, live, vadd(acc6[0], bv), vadd(acc6[1], bv),
+                           vadd(acc6[2], bv), vadd(acc6[3], bv), vadd(acc6[4], bv), vadd(acc6[5], bv), ep, ra, L)
