@@ -290,3 +290,67 @@ def test_a_concat_of_whole_channel_blocks_between_blocked_convs_needs_no_reorder
         xv = rand(rng, 2, c_skip, 9, 8)
         ref = rx.compile(g, REFERENCE).run({"x": xv})["y"]
         np.testing.assert_allclose(exe.run({"x": xv})["y"], ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+
+
+def test_erf32_matches_scipy_across_its_pieces():
+    """The float32 erf of the fast kernels (erf and GELU) against scipy's, in float64: within
+    3e-7 relative (2 float32 ulps) on every piece and at its joins, exact at the specials."""
+    from scipy.special import erf
+    edges = np.array([1.0, 2.0, 3.0, 3.46, 3.92], np.float32)
+    x = np.concatenate([np.linspace(-5, 5, 40001, dtype=np.float32), np.nextafter(edges, 0), edges,
+                        np.nextafter(edges, 9), -edges, np.float32([1e-30, -1e-30, 1e-8, 0.0, -0.0])])
+    g = rx.Graph()
+    g.output("y", g.erf(g.input("x", x.shape)))
+    exe = rx.compile(g)
+    assert exe.thunks[0].algo == "elementwise"
+    got, want = exe.run({"x": x})["y"].astype(np.float64), erf(x.astype(np.float64))
+    assert np.max(np.abs(got - want) / np.maximum(np.abs(want), 1e-30)) < 3e-7
+    specials = np.float32([np.nan, np.inf, -np.inf, 0.0, -0.0])
+    out = exe.run({"x": np.resize(specials, x.shape)})["y"][:5]
+    assert np.isnan(out[0]) and list(out[1:3]) == [1.0, -1.0] and out[3] == 0.0 and np.signbit(out[4])
+
+
+def _gelu_written_out(g, x, swap=False, sqrt2=np.sqrt(2.0)):
+    """x * (1 + erf(x / sqrt 2)) * 0.5, as torch's ONNX exporter writes GELU before opset 20."""
+    c = lambda name, v: g.param(name, np.float32([v]))  # noqa: E731
+    e = g.erf(g.div(x, c("sqrt2", sqrt2)))
+    s = g.add(c("one", 1.0), e) if swap else g.add(e, c("one", 1.0))
+    if swap:
+        return g.mul(x, g.mul(s, c("half", 0.5)))
+    return g.mul(g.mul(x, s), c("half", 0.5))
+
+
+@pytest.mark.parametrize("swap", [False, True])
+def test_gelu_written_out_becomes_one_node_fused_into_the_conv(swap):
+    """The five nodes become one gelu (its name lists them), which the conv before it then
+    takes as its epilogue; the result is PyTorch's GELU of the conv."""
+    rng = np.random.default_rng(73)
+    g = rx.Graph()
+    x = g.input("x", (2, 16, 30))
+    w = rand(rng, 16, 16, 3)
+    c = g.conv(x, g.param("w", w), padding=1, name="c")
+    g.output("y", _gelu_written_out(g, c, swap))
+    exe = rx.compile(g)
+    convs = [t for t in exe.thunks if t.algo != "reorder"]
+    assert len(convs) == 1 and convs[0].node.startswith("c+div_"), exe.explain()
+    assert "erf" in convs[0].node and "then gelu" in convs[0].why
+    xv = rand(rng, 2, 16, 30)
+    want = F.gelu(F.conv1d(T(xv), T(w), padding=1)).numpy()
+    np.testing.assert_allclose(exe.run({"x": xv})["y"], want, rtol=1e-4, atol=1e-5)
+
+
+def test_gelu_look_alikes_stay_as_written():
+    """Another constant than sqrt 2, or an intermediate read elsewhere: no rewrite (the
+    values are still right)."""
+    rng = np.random.default_rng(74)
+    xv = rand(rng, 3, 8)
+    for build in (lambda g, x: (_gelu_written_out(g, x, sqrt2=2.0),),
+                  lambda g, x: (_gelu_written_out(g, x), g.erf(g.div(x, g.param("s", np.float32([np.sqrt(2.0)])))))):
+        g = rx.Graph()
+        x = g.input("x", (3, 8))
+        outs = build(g, x)
+        g.output("y", outs[0])
+        exe = rx.compile(g)
+        assert not any(t.why and "gelu" in t.node for t in exe.thunks)
+        ref = rx.compile(g, REFERENCE).run({"x": xv})["y"]
+        np.testing.assert_allclose(exe.run({"x": xv})["y"], ref, rtol=1e-5, atol=1e-6)

@@ -97,7 +97,8 @@ def nchwc_1x1_choice(g: ConvGeometry, ctx: ChoiceContext, why: str, passed=()) -
     blocks = min(2 * pairs, -(-g.y_shape[1] // lanes))
     return _capped(Choice("nchwc_1x1", f"{why} (NCHW{lanes}c GEMM: each 6-pixel tile of x through {blocks} output "
                                        f"blocks of {lanes} channels a work item){_then(passed)}",
-                          0, 4 * nchwc.packed_floats(g.lifted(2), lanes), Tiling(tile=chunk, k_blocks=pairs, lanes=lanes),
+                          0, 4 * nchwc.packed_floats(g.lifted(2), lanes),
+                          Tiling(tile=chunk, k_blocks=pairs, lanes=lanes),
                           (("x", blocked(lanes)), ("y", blocked(lanes))), plain_ok=("y",)))
 
 

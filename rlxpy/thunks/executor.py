@@ -19,7 +19,7 @@ from .layout import PLAIN
 from .backend import Backend
 from .plan import Plan, build_plan
 from .records import Thunk
-from .rewrite import flush_denormals, fold_batch_norms, fuse_epilogues
+from .rewrite import flush_denormals, fold_batch_norms, fuse_epilogues, fuse_gelu
 
 # explain() before any run binds each dynamic non-batch dim to the first of these sizes for
 # which every shape rule of the graph holds (a 5x5 kernel refuses an image of 1)
@@ -81,6 +81,7 @@ class Executable:
         # A snapshot: nodes added to the graph later do not change this executable.
         self._outputs = dict(graph.outputs)
         self._nodes, self._params, folded = fold_batch_norms(graph.nodes, graph.params, self._outputs)
+        self._nodes, _ = fuse_gelu(self._nodes, self._params, self._outputs)
         if getattr(backend, "fuses_epilogues", False):
             self._nodes, fused = fuse_epilogues(self._nodes, self._outputs)
             folded.update({name: folded.get(conv, conv) for name, conv in fused.items()})

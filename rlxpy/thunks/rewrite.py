@@ -1,5 +1,7 @@
-"""Graph rewrites done once when an executable is made, before any plan: today one, batch
-norm folded into the conv before it.
+"""Graph rewrites done once when an executable is made, before any plan: batch norm folded
+into the conv before it, a conv's residual add and activation fused into its store, and
+GELU written out as x * (1 + erf(x / sqrt 2)) * 0.5 (ONNX before opset 20) taken back to
+one gelu node.
 
 Inference batch norm after a conv is an affine map per output channel, so it folds into the
 conv's weights and bias: w' = w * s, b' = (b - mean) * s + beta with s = gamma /
@@ -15,14 +17,37 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 
+from ..ir import tensor_ops as T
 from ..ir.graph import Node
 
 CONVS = ("Conv", "Conv3d")
 
 
+def _live(nodes, outputs) -> set:
+    """The values the outputs depend on (nodes a rewrite left unread are not among them)."""
+    live, todo = set(), list(outputs.values())
+    while todo:
+        v = todo.pop()
+        if v is not None and v not in live:
+            live.add(v)
+            todo.extend(nodes[v].inputs)
+    return live
+
+
+def _consumers(nodes, outputs) -> Dict[int, int]:
+    """Value -> the index of a live node that reads it (the one a sole reader is)."""
+    live = _live(nodes, outputs)
+    return {v: k for k, n in enumerate(nodes) if n.output in live for v in n.inputs}
+
+
 def _readers(nodes, outputs) -> Dict[int, int]:
+    """How many live nodes (and outputs) read each value: a node an earlier rewrite covered
+    (a GELU's div, now unread) does not count, so the conv before it may still fuse."""
     count: Dict[int, int] = {}
+    live = _live(nodes, outputs)
     for n in nodes:
+        if n.output not in live:
+            continue
         for v in n.inputs:
             count[v] = count.get(v, 0) + 1
     for v in outputs.values():
@@ -78,10 +103,7 @@ def fuse_epilogues(nodes, outputs) -> Tuple[tuple, Dict[str, str]]:
     id; the nodes it covers, now unread, are dropped by the plan."""
     nodes = list(nodes)
     readers = _readers(nodes, outputs)
-    consumer: Dict[int, int] = {}
-    for k, n in enumerate(nodes):
-        for v in n.inputs:
-            consumer[v] = k
+    consumer = _consumers(nodes, outputs)
     fused: Dict[str, str] = {}
 
     def sole_reader(v):
@@ -110,6 +132,71 @@ def fuse_epilogues(nodes, outputs) -> Tuple[tuple, Dict[str, str]]:
         nodes[at] = Node(name, conv.op, attrs, conv.inputs + ((residual,) if residual is not None else ()), at,
                          nodes[at].shape)
         fused[name] = conv.name
+    return tuple(nodes), fused
+
+
+SQRT2 = float(np.float32(np.sqrt(2.0)))
+
+
+def _scalar(v, params) -> float:
+    """The value of a one-element param, else NaN (equal to nothing)."""
+    a = params.get(v)
+    return float(a.reshape(-1)[0]) if a is not None and a.size == 1 else float("nan")
+
+
+def fuse_gelu(nodes, params: Dict[int, np.ndarray], outputs) -> Tuple[tuple, Dict[str, str]]:
+    """(nodes, {gelu node name: the first covered node's name}): div(x, sqrt 2) -> erf ->
+    add(1) -> mul(x) -> mul(0.5), each step the only reader of the one before (constants in
+    either operand order; the two muls in either order), becomes one gelu node on x,
+    named after the nodes it covers. It takes the last node's place and value id; the
+    others, now unread, are dropped by the plan. (Five passes over the tensor, three of
+    them reorders out of and back into the blocked layout, were 2.3 ms of the 1-D CNN's 9
+    at batch 8; onnxruntime fuses the same pattern.)"""
+    nodes = list(nodes)
+    readers = _readers(nodes, outputs)
+    consumer = _consumers(nodes, outputs)
+    fused: Dict[str, str] = {}
+
+    def next_binary(v, fn):
+        """The node that alone reads value v if it is Binary `fn`, with v's partner; else None."""
+        if readers.get(v) != 1 or v not in consumer or v in outputs.values():
+            return None
+        n = nodes[consumer[v]]
+        if n.op != "Binary" or n.attrs.fn != fn or list(n.inputs).count(v) != 1:
+            return None
+        return n, n.inputs[1] if n.inputs[0] == v else n.inputs[0]
+
+    for div in list(nodes):
+        if div.op != "Binary" or div.attrs.fn != "div" or _scalar(div.inputs[1], params) != SQRT2:
+            continue
+        x = div.inputs[0]
+        if readers.get(div.output) != 1 or div.output not in consumer or div.output in outputs.values():
+            continue
+        erf = nodes[consumer[div.output]]
+        if erf.op != "Unary" or erf.attrs.fn != "erf":
+            continue
+        step = next_binary(erf.output, "add")
+        if step is None or _scalar(step[1], params) != 1.0:
+            continue
+        chain, at = [div, erf, step[0]], step[0].output
+        muls = {"x": False, "half": False}
+        for _ in range(2):
+            step = next_binary(at, "mul")
+            if step is None:
+                break
+            if step[1] == x and not muls["x"]:
+                muls["x"] = True
+            elif _scalar(step[1], params) == 0.5 and not muls["half"]:
+                muls["half"] = True
+            else:
+                break
+            chain.append(step[0])
+            at = step[0].output
+        if not all(muls.values()) or tuple(nodes[at].shape) != tuple(nodes[x].shape):   # scalars broadcast x up
+            continue
+        name = "+".join(n.name for n in chain)
+        nodes[at] = Node(name, "Unary", T.UnaryAttrs("gelu", 0.0, 0.0), (x,), at, nodes[at].shape)
+        fused[name] = div.name
     return tuple(nodes), fused
 
 
