@@ -192,6 +192,8 @@ GUARD_CASES = {
     ("Linear", "blas"): ({}, lambda g, v: g.linear(v["x"], v["w"], v["b"]), {"x": (2, 7)}, {"w": (5, 7), "b": (5,)}),
     ("Reduce", "numpy"): ({}, lambda g, v: g.mean(v["x"], (1, 3)), {"x": (2, 3, 4, 5)}, {}),
     ("Reduce", "rows"): ({}, lambda g, v: g.global_max_pool(v["x"]), {"x": (2, 3, 4, 5)}, {}),
+    ("Reduce", "nchwc_reduce"): ({}, lambda g, v: g.global_avg_pool(g.conv(v["x"], v["w"], padding=1)),
+                                {"x": (2, 16, 5, 6)}, {"w": (16, 16, 3, 3)}),
     ("Softmax", "numpy"): ({}, lambda g, v: g.log_softmax(v["x"], 1), {"x": (2, 3, 4, 5)}, {}),
     ("Concat", "nchwc_concat"): ({"simd_width": 8}, lambda g, v: g.conv(g.concat([g.conv(v["x"], v["w"], padding=1),
                                                                                  v["x"]], 1), v["w2"], padding=1),

@@ -354,3 +354,30 @@ def test_gelu_look_alikes_stay_as_written():
         assert not any(t.why and "gelu" in t.node for t in exe.thunks)
         ref = rx.compile(g, REFERENCE).run({"x": xv})["y"]
         np.testing.assert_allclose(exe.run({"x": xv})["y"], ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("width", [16, 8])
+@pytest.mark.parametrize("pool", ["global_avg_pool", "global_max_pool", "mean23"])
+def test_global_pooling_after_a_blocked_conv_reads_the_blocked_layout(monkeypatch, pool, width):
+    """After a blocked conv, global pooling (and a mean over every spatial axis) reads the
+    blocked layout itself: no reorder thunk. Channels not a multiple of the width, pixels
+    not a multiple of 4 (the kernel's unroll), a NaN in one channel for the max."""
+    from rlxpy.cpu_kernels import simd
+    real = simd.host_widths()
+    monkeypatch.setattr(simd, "host_widths", lambda: real + tuple(w for w in (16, 8) if w not in real))
+    rng = np.random.default_rng(75)
+    g = rx.Graph()
+    x = g.input("x", (3, 16, 7, 9))
+    c = g.conv(x, g.param("w", rand(rng, 3 * width - 5, 16, 3, 3)), padding=1, name="c")
+    y = g.mean(c, (2, 3)) if pool == "mean23" else getattr(g, pool)(c)
+    g.output("y", y)
+    exe = rx.compile(g, rx.Config(simd_width=width))
+    assert [t.algo for t in exe.thunks] == ["nchwc_direct", "nchwc_reduce"], exe.explain()
+    xv = rand(rng, 3, 16, 7, 9)
+    xv[1, :, 2, 3] = np.nan if pool == "global_max_pool" else 0.0
+    ref = rx.compile(g, REFERENCE).run({"x": xv})["y"]
+    out = exe.run({"x": xv})["y"]
+    assert out.shape == ref.shape
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * np.nanmax(np.abs(ref)), equal_nan=True)
+    if pool == "global_max_pool":
+        assert np.isnan(out[1]).all() and not np.isnan(out[0]).any()

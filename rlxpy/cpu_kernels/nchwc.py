@@ -24,8 +24,8 @@ from numba import prange
 
 from .jit import inlined, parallel_kernel
 from .im2col import padded_taps
-from .simd import (nlanes, vadd, vbcast, vfma, vload, vmax, vmin, vmul, vsplat, vstore, vstore_columns, vtranspose,
-                   vzero)
+from .simd import (nlanes, vadd, vbcast, vfma, vload, vmax, vmin, vmul, vsplat, vstore, vstore_columns, vstore_tail,
+                   vtranspose, vzero)
 
 TP = 6          # output pixels per tile
 BLOCKS = 2      # blocks of V output channels per tile
@@ -728,6 +728,49 @@ def depthwise(a, x0, p0, ya, y0, y_plain, C, N, D, H, Wi, OD, OH, OW, KD, KH, KW
             for ow in range(ow_hi, OW):
                 v = _dw_pixel(a, xplane, wb, bias, od, ih0, ow * sw - pw, D, H, Wi, KD, KH, KW, sd, pd, dd, dh, dw, L)
                 _put_block(ya, y0, y_plain, n, cb, CB, C, OD * P, q_row + ow, 1, v, v, v, v, v, v, ep, ra, L)
+
+
+@parallel_kernel
+def reduce_spatial(a, x0, ya, y0, N, C, S, mean, L):
+    """Global average (mean) or max pooling of blocked x [N, CB, S, V] (in a at x0) into plain
+    y [N, C] (in ya at y0): per (image, channel block) 4 vector accumulators over the pixels
+    (more ILP, and float32 sums of a quarter of the pixels each), then the live lanes stored.
+    The max keeps a NaN (vmax: PyTorch's rule). Reading x blocked spares the reorder to
+    plain that a reduction over plain rows needs after a blocked conv."""
+    CB = (C + nlanes(L) - 1) // nlanes(L)
+    for q in prange(N * CB):
+        V = nlanes(L)
+        n = q // CB
+        cb = q - n * CB
+        xb = x0 + q * S * V
+        body = S - S % 4
+        if mean:
+            s0, s1, s2, s3 = vzero(L), vzero(L), vzero(L), vzero(L)
+            for p in range(0, body, 4):
+                s0 = vadd(s0, vload(a, xb + p * V, L))
+                s1 = vadd(s1, vload(a, xb + (p + 1) * V, L))
+                s2 = vadd(s2, vload(a, xb + (p + 2) * V, L))
+                s3 = vadd(s3, vload(a, xb + (p + 3) * V, L))
+            for p in range(body, S):
+                s0 = vadd(s0, vload(a, xb + p * V, L))
+            r = vmul(vadd(vadd(s0, s1), vadd(s2, s3)), vsplat(np.float32(1.0 / S), L))
+        else:
+            s0 = vload(a, xb, L)
+            s1, s2, s3 = s0, s0, s0
+            for p in range(0, body, 4):
+                s0 = vmax(s0, vload(a, xb + p * V, L))
+                s1 = vmax(s1, vload(a, xb + (p + 1) * V, L))
+                s2 = vmax(s2, vload(a, xb + (p + 2) * V, L))
+                s3 = vmax(s3, vload(a, xb + (p + 3) * V, L))
+            for p in range(body, S):
+                s0 = vmax(s0, vload(a, xb + p * V, L))
+            r = vmax(vmax(s0, s1), vmax(s2, s3))
+        live = min(V, C - cb * V)
+        at = y0 + n * C + cb * V
+        if live == V:
+            vstore(ya, at, r)
+        else:
+            vstore_tail(ya, at, r, live)
 
 
 @parallel_kernel

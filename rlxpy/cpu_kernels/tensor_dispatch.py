@@ -13,7 +13,7 @@ from ..thunks.arena import view
 from ..thunks.backend import ChoiceContext
 from ..thunks.layout import blocked, lanes_of, stored_shape
 from ..thunks.records import ABSENT, Choice, Tiling
-from . import tensor
+from . import nchwc, simd, tensor
 from .choose import _lanes, chooser, reference
 from .dispatch import NO_BIAS, _threads, at, runs
 
@@ -74,6 +74,12 @@ def choose_reduce(rec, ctx: ChoiceContext) -> Choice:
     if not ctx.config.fast_conv:
         return reference(type(rec).__name__.lower(), ctx.config)
     g = rec.geometry
+    lanes = _lanes(ctx)
+    if (isinstance(rec, TR.Reduce) and ctx.near_blocked and lanes > 1 and _blockable(g.x_shape)
+            and tuple(sorted(g.params)) == tuple(range(2, len(g.x_shape))) and prod(g.x_shape) > 0):
+        return Choice("nchwc_reduce", f"global {g.mode} pooling on NCHW{lanes}c after a blocked neighbour: vectors "
+                                      f"of {lanes} channels summed over the pixels, no reorder",
+                      tiling=Tiling(lanes=lanes), layouts=(("x", blocked(lanes)),))
     if isinstance(rec, TR.Reduce) and trailing_axes(g.params, len(g.x_shape)) and prod(g.x_shape) > 0:
         return Choice("rows", "over trailing axes (global pooling): one contiguous row per output, rows in "
                               "parallel")
@@ -280,6 +286,14 @@ def reduce_rows(t, arena):
     x, y = _reduce_views(t, arena)
     width = prod(g.x_shape[len(g.x_shape) - len(g.params):])
     return tensor.reduce_rows, (x.reshape(-1), y.reshape(-1), y.size, width, g.mode == "mean")
+
+
+@runs(TR.Reduce, "nchwc_reduce")
+def reduce_blocked(t, arena):
+    g = t.record.geometry
+    n, c, s = g.x_shape[0], g.x_shape[1], prod(g.x_shape[2:])
+    return nchwc.reduce_spatial, (arena, t.off("x") // 4, arena, t.off("y") // 4, n, c, s, g.mode == "mean",
+                                  simd.lanes(t.tiling.lanes))
 
 
 @runs(TR.Reduce, "naive")

@@ -127,15 +127,25 @@ def build_plan(nodes, params, outputs: Dict[str, int], input_shapes, config: Con
             lowered.append((rec, backend.choose(rec, choose)))
     # A record given a plain kernel whose producer or consumer works on blocked values is
     # asked again, told so: a kernel that is a little slower alone may spare two reorders.
-    blocked_near = set()
-    for rec, choice in lowered:
-        blocked_near.update(getattr(rec, r) for r, layout in choice.layouts if layout != PLAIN)
+    # Until nothing changes: a record that turns blocked may make its own neighbours
+    # blocked-near (MobileNetV2's last 1x1 conv, then the global pooling after it).
     near = replace(choose, near_blocked=True)
-    for k, (rec, choice) in enumerate(lowered):
-        if not choice.layouts and any(getattr(rec, r) in blocked_near for r in rec.roles()):
+    asked = set()
+    while True:
+        blocked_near = set()
+        for rec, choice in lowered:
+            blocked_near.update(getattr(rec, r) for r, layout in choice.layouts if layout != PLAIN)
+        changed = False
+        for k, (rec, choice) in enumerate(lowered):
+            if k in asked or choice.layouts or not any(getattr(rec, r) in blocked_near for r in rec.roles()):
+                continue
+            asked.add(k)
             again = backend.choose(rec, near)
             if again.layouts:
                 lowered[k] = (rec, again)
+                changed = True
+        if not changed:
+            break
     # A value is stored in a blocked layout when its producer must write it so, or may and
     # some consumer prefers it so; else plain (and a consumer that wants it blocked gets a
     # reordered copy, made once).
