@@ -128,7 +128,7 @@ NCHWC_MAX_WASTE = 1.34
 
 def plain_in_choice(g: ConvGeometry, ctx: ChoiceContext, why: str, passed=()) -> Choice:
     lanes = _lanes(ctx)
-    chunk = nchwc.items(g.lifted(2), lanes, ctx.threads)
+    chunk = nchwc.plain_in_items(g.lifted(2), ctx.threads)
     return _capped(Choice("nchwc_plain_in", f"{why} (x read in place, y NCHW{lanes}c: 6 pixels x 2 blocks of "
                                             f"{lanes} channels a tile){_then(passed)}",
                           0, 4 * nchwc.plain_in_packed_floats(g.lifted(2), lanes), Tiling(tile=chunk, lanes=lanes),
