@@ -91,16 +91,22 @@ def test_op_matches_pytorch(name, config):
         assert {t.algo for t in exe.thunks} == {"naive"}
 
 
-@pytest.mark.parametrize("rows, cols", [(8, 1000), (130, 3), (1, 1), (200, 70)])
-def test_linear_blocks_cover_every_row_and_column_once(rows, cols):
-    """The fast linear's work items (blocks of rows x blocks of columns) against numpy, on
-    shapes that split rows, columns, both or neither, with a bias."""
+@pytest.mark.parametrize("width", [16, 8])
+@pytest.mark.parametrize("rows, cols, k", [(8, 1000, 37), (130, 3, 37), (1, 1, 5), (200, 70, 37), (1, 33, 64),
+                                           (3, 20, 19), (16, 9, 40), (17, 9, 40)])
+def test_linear_kernels_cover_every_row_and_column_once(monkeypatch, rows, cols, k, width):
+    """The fast linears against numpy: vector dot products up to DOT_ROWS rows (one row
+    split in quarters, rows in fours with a missing 4th, feature tails past the vectors),
+    SGEMMs over blocks of rows x blocks of columns above; with a bias."""
+    from rlxpy.cpu_kernels import simd, tensor_dispatch
+    real = simd.host_widths()
+    monkeypatch.setattr(simd, "host_widths", lambda: real + tuple(w for w in (16, 8) if w not in real))
     rng = np.random.default_rng(72)
-    x, w, b = rand(rng, rows, 37), rand(rng, cols, 37), rand(rng, cols)
+    x, w, b = rand(rng, rows, k), rand(rng, cols, k), rand(rng, cols)
     g = rx.Graph()
     g.output("y", g.linear(g.input("x", x.shape), g.param("w", w), g.param("b", b)))
-    exe = rx.compile(g)
-    assert exe.thunks[0].algo == "blas"
+    exe = rx.compile(g, rx.Config(simd_width=width))
+    assert exe.thunks[0].algo == ("simd_dot" if rows <= tensor_dispatch.DOT_ROWS else "blas")
     np.testing.assert_allclose(exe.run({"x": x})["y"], x.astype(np.float64) @ w.T + b, rtol=1e-4, atol=1e-4)
 
 

@@ -140,7 +140,7 @@ def depthwise_choice(g: ConvGeometry, ctx: ChoiceContext, why: str, passed=()) -
     return _capped(Choice("nchwc_depthwise", f"{why} (NCHW{lanes}c: one vector of {lanes} channels a tap, 6 "
                                              f"pixels of a row a tile){_then(passed)}",
                           0, 4 * nchwc.depthwise_packed_floats(g.lifted(2), lanes),
-                          Tiling(tile=nchwc.depthwise_rows(g.lifted(2), lanes, ctx.threads), lanes=lanes),
+                          Tiling(tile=nchwc.rows_per_item(g.lifted(2), lanes, ctx.threads), lanes=lanes),
                           (("x", blocked(lanes)), ("y", blocked(lanes))), plain_ok=("y",)))
 
 
@@ -544,8 +544,9 @@ def nchwc_pool_choice(rec, ctx: ChoiceContext) -> Choice:
     """The blocked pool (1-, 2- and 3-D)."""
     lanes = _lanes(ctx)
     g = rec.geometry
-    return Choice("nchwc_pool", f"vector {rec.kind} pool on NCHW{lanes}c: one vector of {lanes} channels a tap",
-                  tiling=Tiling(tile=nchwc.pool_items(g, lanes, ctx.threads), lanes=lanes),
+    return Choice("nchwc_pool", f"vector {rec.kind} pool on NCHW{lanes}c: one vector of {lanes} channels a tap, 6 "
+                                f"pixels of a row a tile",
+                  tiling=Tiling(tile=nchwc.rows_per_item(g.lifted(3), lanes, ctx.threads), lanes=lanes),
                   layouts=(("x", blocked(lanes)), ("y", blocked(lanes))), plain_ok=("y",))
 
 

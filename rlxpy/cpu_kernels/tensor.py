@@ -18,6 +18,7 @@ from numba import prange
 
 from .gemm import sgemm
 from .jit import inlined, parallel_kernel, u
+from .simd import nlanes, vfma, vhsum, vload, vzero
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
@@ -299,6 +300,57 @@ def linear(x, w, b, y, rows, k, o, row_blocks, col_blocks):
                 for r in range(r0, r1):
                     for c in range(c0, c1):
                         y[r * o + c] += b[c]
+
+
+@inlined
+def _dot4(x, w, xo0, xo1, xo2, xo3, wo0, wo1, wo2, wo3, k, L):
+    """4 dot products of k floats: x at xo_i with w at wo_i (4 rows of x against one weight
+    row: the same wo four times, each weight vector loaded once; or the 4 quarters of one
+    row): vectors, then the tail."""
+    V = nlanes(L)
+    a0, a1, a2, a3 = vzero(L), vzero(L), vzero(L), vzero(L)
+    body = k - k % V
+    for kk in range(0, body, V):
+        a0 = vfma(vload(w, wo0 + kk, L), vload(x, xo0 + kk, L), a0)
+        a1 = vfma(vload(w, wo1 + kk, L), vload(x, xo1 + kk, L), a1)
+        a2 = vfma(vload(w, wo2 + kk, L), vload(x, xo2 + kk, L), a2)
+        a3 = vfma(vload(w, wo3 + kk, L), vload(x, xo3 + kk, L), a3)
+    s0, s1, s2, s3 = vhsum(a0), vhsum(a1), vhsum(a2), vhsum(a3)
+    for kk in range(body, k):
+        s0 += w[wo0 + kk] * x[xo0 + kk]
+        s1 += w[wo1 + kk] * x[xo1 + kk]
+        s2 += w[wo2 + kk] * x[xo2 + kk]
+        s3 += w[wo3 + kk] * x[xo3 + kk]
+    return s0, s1, s2, s3
+
+
+@parallel_kernel
+def linear_dot(x, w, b, y, rows, k, o, per, L):
+    """y[rows, o] = x[rows, k] @ w[o, k].T (+ b) for a few rows: per output column, the
+    weight row (contiguous) read once for 4 rows at a time (a missing 4th row repeats the
+    last, its sum not stored). Work items: runs of `per` columns."""
+    for it in prange((o + per - 1) // per):
+        for c in range(it * per, min(o, (it + 1) * per)):
+            bias = b[c] if b.size > 0 else np.float32(0.0)
+            if rows == 1:           # one row: its 4 quarters as the 4 streams (the same sum, reordered)
+                q, wo = k // 4, c * k
+                s0, s1, s2, s3 = _dot4(x, w, 0, q, 2 * q, 3 * q, wo, wo + q, wo + 2 * q, wo + 3 * q, q, L)
+                t = s0 + s1 + s2 + s3
+                for kk in range(4 * q, k):
+                    t += w[c * k + kk] * x[kk]
+                y[c] = t + bias
+                continue
+            for r0 in range(0, rows, 4):
+                r1, r2, r3 = min(r0 + 1, rows - 1), min(r0 + 2, rows - 1), min(r0 + 3, rows - 1)
+                wo = c * k
+                s0, s1, s2, s3 = _dot4(x, w, r0 * k, r1 * k, r2 * k, r3 * k, wo, wo, wo, wo, k, L)
+                y[r0 * o + c] = s0 + bias
+                if r0 + 1 < rows:
+                    y[r1 * o + c] = s1 + bias
+                if r0 + 2 < rows:
+                    y[r2 * o + c] = s2 + bias
+                if r0 + 3 < rows:
+                    y[r3 * o + c] = s3 + bias
 
 
 @parallel_kernel
