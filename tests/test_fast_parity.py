@@ -44,8 +44,9 @@ def expected_conv2d_algo(config, case):
     lanes = simd.resolve_width(config.simd_width)
     k, stride, dilation, groups = w[2:], _pair(kw["stride"], nsp), _pair(kw["dilation"], nsp), kw["groups"]
     c, kout = x[1], w[0]
+    blocks = lambda n: -(-n // lanes) * lanes  # noqa: E731
     if k == (1,) * nsp and stride == (1,) * nsp and kw["padding"] == 0 and groups == 1:
-        return "gemm1x1"
+        return "nchwc_1x1" if lanes > 1 and blocks(c) * blocks(kout) <= 1.34 * c * kout else "gemm1x1"
     if config.winograd and k == (3, 3) and stride == (1, 1) and dilation == (1, 1) and groups == 1:
         return "winograd"
     if config.direct_conv and all(s == 1 for s in stride) and all(d == 1 for d in dilation):
@@ -58,7 +59,6 @@ def expected_conv2d_algo(config, case):
         return "depthwise"
     if lanes == 1:
         return "im2col"
-    blocks = lambda n: -(-n // lanes) * lanes  # noqa: E731
     whole = groups == 1 or ((c // groups) % lanes == 0 and (kout // groups) % lanes == 0)
     if nsp <= 2 and whole and (groups > 1 or blocks(c) * blocks(kout) <= 1.34 * c * kout):
         unpadded = not np.any(kw["padding"])

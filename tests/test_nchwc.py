@@ -460,8 +460,9 @@ def test_rlx_winograd_f4_takes_stride1_3x3_transposed_convs_and_input_gradients(
 
 
 def test_a_1x1_conv_between_blocked_neighbours_takes_the_blocked_kernel():
-    """Alone a 1x1 conv is one GEMM per image (plain); between blocked kernels the backend
-    is asked again and takes the blocked GEMM nchwc_1x1, sparing a reorder on each side."""
+    """A 1x1 conv takes the blocked GEMM nchwc_1x1, between blocked kernels with no reorder
+    and alone too (x copied in blocked, y written plain); with channels that blocks would
+    pad many times over, the plain GEMM."""
     rng = np.random.default_rng(57)
     lanes = simd.resolve_width(None)
     if lanes == 1:
@@ -476,12 +477,15 @@ def test_a_1x1_conv_between_blocked_neighbours_takes_the_blocked_kernel():
     exe = rx.compile(g)
     th = {t.node: t for t in exe.thunks}
     assert [t.algo for t in exe.thunks] == ["nchwc_depthwise", "nchwc_1x1", "nchwc_direct"]
-    assert "between blocked neighbours" in th["pw"].why
+    assert "blocked GEMM" in th["pw"].why
     xv = rand(rng, 2, c, 9, 10)
     assert_close(exe.run({"x": xv})["y"], rx.compile(g, REFERENCE).run({"x": xv})["y"], TOL)
     alone = rx.Graph()
     alone.output("y", alone.conv(alone.input("x", (2, c, 9, 10)), alone.param("w", rand(rng, c, c, 1, 1))))
-    assert [t.algo for t in rx.compile(alone).thunks] == ["gemm1x1"]
+    assert [t.algo for t in rx.compile(alone).thunks] == ["nchwc_1x1"]      # x copied in blocked, y written plain
+    odd = rx.Graph()          # 3 -> 5 channels would be padded to whole blocks many times over: the GEMM
+    odd.output("y", odd.conv(odd.input("x", (2, 3, 9, 10)), odd.param("w", rand(rng, 5, 3, 1, 1))))
+    assert [t.algo for t in rx.compile(odd).thunks] == ["gemm1x1"]
 
 
 def test_a_resize_between_blocked_convs_stays_blocked():
