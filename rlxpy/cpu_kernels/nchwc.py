@@ -574,6 +574,34 @@ def conv_plain_in(a, x0, p0, ya, y0, y_plain, K, N, C, D, H, Wi, OD, OH, OW, KD,
 
 # --- one block of channels at a time: pooling, depthwise -------------------------------------
 
+# --- a row of output pixels at a time (pool, depthwise) ----------------------------------
+@inlined
+def _interior_columns(OW, Wi, KW, sw, pw, dw):
+    """The output columns [ow_lo, ow_hi) whose every tap is inside x in width:
+    ow * sw - pw >= 0 and ow * sw - pw + (KW - 1) * dw < Wi."""
+    ow_lo = min(OW, (pw + sw - 1) // sw)
+    last = Wi - 1 - (KW - 1) * dw + pw
+    return ow_lo, (max(ow_lo, min(OW, last // sw + 1)) if last >= 0 else ow_lo)
+
+
+@inlined
+def _row_item(it, runs, OD, CB):
+    """A work item's (run of rows, output plane, channel block, image)."""
+    rc = it % runs
+    r = it // runs
+    od = r % OD
+    r //= OD
+    return rc, od, r % CB, r // CB
+
+
+@inlined
+def _row_steps(live, step):
+    """The x offsets of a row tile's pixels 1..5 from its first (step floats apart); a pixel
+    past the live ones reads the first's x (never past the row)."""
+    return (step if live > 1 else 0, 2 * step if live > 2 else 0, 3 * step if live > 3 else 0,
+            4 * step if live > 4 else 0, 5 * step if live > 5 else 0)
+
+
 @inlined
 def window_taps(ih0, iw0, H, Wi, KH, KW, dh, dw):
     """The taps of a window (origin ih0, iw0) inside x: rows [i_lo, i_hi), columns [j_lo, j_hi)."""
@@ -622,18 +650,10 @@ def pool(a, x0, ya, y0, y_plain, C, N, D, H, Wi, OD, OH, OW, KD, KH, KW, sd, sh,
     P = OH * OW
     CB = (C + V - 1) // V
     runs = (OH + rows - 1) // rows
-    # interior columns [ow_lo, ow_hi): ow * sw - pw >= 0 and ow * sw - pw + (KW - 1) * dw < Wi
-    ow_lo = min(OW, (pw + sw - 1) // sw)
-    last = Wi - 1 - (KW - 1) * dw + pw
-    ow_hi = max(ow_lo, min(OW, last // sw + 1)) if last >= 0 else ow_lo
+    ow_lo, ow_hi = _interior_columns(OW, Wi, KW, sw, pw, dw)
     for it in prange(N * CB * OD * runs):
         V = nlanes(L)
-        rc = it % runs
-        r = it // runs
-        od = r % OD
-        r //= OD
-        cb = r % CB
-        n = r // CB
+        rc, od, cb, n = _row_item(it, runs, OD, CB)
         # the output plane's window in depth: planes id0 + kd * dd, kd in [kd_lo, kd_hi) inside x
         id0 = od * sd - pd
         kd_lo = max(0, (-id0 + dd - 1) // dd)
@@ -659,12 +679,7 @@ def pool(a, x0, ya, y0, y_plain, C, N, D, H, Wi, OD, OH, OW, KD, KH, KW, sd, sh,
                 _put_block(ya, y0, y_plain, n, cb, CB, C, OD * P, q_row + ow, 1, v, v, v, v, v, v, no_ep(), ya, L)
             for ow in range(lo, hi, TP):
                 live = min(TP, hi - ow)
-                # a pixel past the live ones reads the first's x (never past the row)
-                s1 = sw * V if live > 1 else 0
-                s2 = 2 * sw * V if live > 2 else 0
-                s3 = 3 * sw * V if live > 3 else 0
-                s4 = 4 * sw * V if live > 4 else 0
-                s5 = 5 * sw * V if live > 5 else 0
+                s1, s2, s3, s4, s5 = _row_steps(live, sw * V)
                 r0 = vsplat(-np.inf, L) if is_max else vzero(L)
                 r1, r2, r3, r4, r5 = r0, r0, r0, r0, r0
                 for pl in range(planes):
@@ -779,18 +794,10 @@ def depthwise(a, x0, p0, ya, y0, y_plain, C, N, D, H, Wi, OD, OH, OW, KD, KH, KW
     T = KD * KH * KW
     bias0 = p0 + CB * T * V
     runs = (OH + rows - 1) // rows
-    # interior columns [ow_lo, ow_hi): ow * sw - pw >= 0 and ow * sw - pw + (KW - 1) * dw < Wi
-    ow_lo = min(OW, (pw + sw - 1) // sw)
-    last = Wi - 1 - (KW - 1) * dw + pw
-    ow_hi = max(ow_lo, min(OW, last // sw + 1)) if last >= 0 else ow_lo
+    ow_lo, ow_hi = _interior_columns(OW, Wi, KW, sw, pw, dw)
     for it in prange(N * CB * OD * runs):
         V = nlanes(L)          # again inside the loop body: numba outlines it, and V must stay a constant
-        rc = it % runs
-        r = it // runs
-        od = r % OD
-        r //= OD
-        cb = r % CB
-        n = r // CB
+        rc, od, cb, n = _row_item(it, runs, OD, CB)
         wb = p0 + cb * T * V
         bias = vload(a, bias0 + cb * V, L)
         xplane = x0 + (n * CB + cb) * D * H * Wi * V
@@ -802,12 +809,7 @@ def depthwise(a, x0, p0, ya, y0, y_plain, C, N, D, H, Wi, OD, OH, OW, KD, KH, KW
                 _put_block(ya, y0, y_plain, n, cb, CB, C, OD * P, q_row + ow, 1, v, v, v, v, v, v, ep, ra, L)
             for ow in range(ow_lo, ow_hi, TP):
                 live = min(TP, ow_hi - ow)
-                # a pixel past the live ones reads the first's x (never past the row)
-                s1 = sw * V if live > 1 else 0
-                s2 = 2 * sw * V if live > 2 else 0
-                s3 = 3 * sw * V if live > 3 else 0
-                s4 = 4 * sw * V if live > 4 else 0
-                s5 = 5 * sw * V if live > 5 else 0
+                s1, s2, s3, s4, s5 = _row_steps(live, sw * V)
                 r0, r1, r2, r3, r4, r5 = bias, bias, bias, bias, bias, bias
                 for kd in range(KD):
                     idp = od * sd - pd + kd * dd
