@@ -63,7 +63,9 @@ def test_bench_command_compares_with_onnxruntime_per_batch(tmp_path, capsys):
     assert [r[0] for r in rows] == ["1", "3"]
     for r in rows:
         mine, theirs, ratio = map(float, r[1:4])
-        assert ratio == pytest.approx(theirs / mine, rel=0.02, abs=0.01)
+        # the times are printed to 0.001 ms: a tiny model's ratio is known only that well
+        slack = 0.005 + (theirs / mine) * (0.0005 / mine + 0.0005 / theirs)
+        assert abs(ratio - theirs / mine) <= slack
 
 
 def test_warmup_runs_the_selected_jobs(capsys):
@@ -86,3 +88,40 @@ def test_cold_compile_notice_is_one_line_once_per_process(monkeypatch, capsys):
     assert len(err) == 1 and err[0].startswith("rlxpy: compiling numba kernels")
     fresh(1)
     assert jit.cold_kernels(calls) == []                   # compiled now: warm
+
+
+def test_bound_calls_go_straight_to_the_compiled_kernel_after_the_first():
+    """A bound numba call resolves the compiled overload on its first call and calls its entry
+    point after that (numba's per-call type dispatch cost 15-35 us a kernel); a call sharing
+    the resolved entry uses it at once; other callables stay partials."""
+    import numpy as np
+    kernel = numba.njit(lambda a, k: a[0] + k)
+    call = jit.bound_call(kernel, (np.ones(3), 2))
+    assert isinstance(call, jit.FastCall) and call.entry[0] is None and jit.cold_kernels([call]) == []
+    assert call() == 3
+    (sig,) = kernel.signatures
+    assert call.entry[0] is kernel.overloads[sig].entry_point
+    assert call() == 3
+    assert list(jit.dispatchers_in(call)) == [kernel]            # the cold notice still sees it
+    again = jit.bound_call(kernel, (np.zeros(3), 5), call.entry)
+    assert again() == 5
+    plain = jit.bound_call(len, ([1, 2],))
+    assert isinstance(plain, functools.partial) and plain() == 2
+
+
+def test_an_executables_kernels_are_called_by_entry_point_from_the_second_run():
+    import numpy as np
+    import rlxpy as rx
+    rng = np.random.default_rng(0)
+    g = rx.Graph()
+    x = g.input("x", (1, 16, 9, 9))
+    y = g.relu(g.conv(x, g.param("w", rng.standard_normal((16, 16, 3, 3)).astype(np.float32)), padding=1))
+    g.output("y", g.global_avg_pool(g.conv(y, g.param("w2", rng.standard_normal((16, 16, 3, 3)).astype(np.float32)))))
+    exe = rx.compile(g)
+    xv = rng.standard_normal((1, 16, 9, 9)).astype(np.float32)
+    first = exe.run({"x": xv})["y"]
+    (bound,) = exe._compile_for({"x": (1, 16, 9, 9)}).pool.idle()
+    direct = {i for _, i, _ in bound.direct}         # replaced each run by a call into the returned array
+    fast = [fn for i, (fn, _) in enumerate(bound.calls) if isinstance(fn, jit.FastCall) and i not in direct]
+    assert fast and all(f.entry[0] is not None and f.entry[0] is not f.func for f in fast)
+    np.testing.assert_array_equal(exe.run({"x": xv})["y"], first)

@@ -1,7 +1,6 @@
 """The CPU backend: numba kernels on a numpy arena (rlxpy.thunks.backend.Backend)."""
 from __future__ import annotations
 
-from functools import partial
 from typing import Optional, Tuple
 
 import numpy as np
@@ -13,6 +12,7 @@ from ..thunks.layout import lanes_of
 from ..thunks.records import Choice, Record, Thunk
 from . import choose as _choose
 from . import dispatch, nchwc, simd
+from .jit import bound_call
 from .gemm import configure_threads
 
 
@@ -43,10 +43,11 @@ class CpuBackend:
 
         def bind(arena):
             fn, args = entry(thunk, arena)
+            resolved = [None]           # the kernel's entry point, shared by every run's call
 
             def make():
                 y = np.empty(shape, np.float32)
-                return y, partial(fn, *redirect(args, y.reshape(-1)))
+                return y, bound_call(fn, redirect(args, y.reshape(-1)), resolved)
             return make
         return bind
 

@@ -5,7 +5,6 @@ small graph's run). PREPARE: what fills a thunk's persistent bytes once per aren
 Registered here, next to the calls they make."""
 from __future__ import annotations
 
-from functools import partial
 from math import prod
 from typing import Callable, Dict, Tuple, Type
 
@@ -18,6 +17,7 @@ from ..thunks.layout import PLAIN, lanes_of
 from ..thunks.records import ABSENT, Thunk
 from . import (backward, conv2d, conv3d, conv_transpose, direct_simd, im2col, nchwc, nchwc_1x1, nchwc_pool_backward,
                nchwc_wgrad, pool, resize, simd, subpixel, winograd_f4)
+from .jit import bound_call
 
 EXEC: Dict[Tuple[Type[R.Record], str], Callable[[Thunk, np.ndarray], None]] = {}
 runs = registrar(EXEC, "CPU kernel")            # @runs(RecordType, algo)
@@ -30,7 +30,7 @@ def bind(binder, t: Thunk, arena) -> Callable[[], None]:
     """A table entry's (kernel, args) for this arena, as one call (then a fused conv's
     epilogue pass over y)."""
     fn, args = binder(t, arena)
-    call = partial(fn, *args)
+    call = bound_call(fn, args)
     if not getattr(t.record, "fused", False) or native_epilogue(t):
         return call
     after = tensor_dispatch.epilogue_pass(t, arena)      # (imported at the end of this module)

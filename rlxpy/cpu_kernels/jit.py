@@ -29,6 +29,43 @@ def inlined(fn):
     return numba.njit(nogil=True, inline="always")(fn)
 
 
+# --- bound calls -----------------------------------------------------------------------------
+class FastCall:
+    """func(*args), a numba kernel with fixed arguments: the first call goes through the
+    dispatcher (which compiles or loads the kernel as usual), later ones straight to the
+    compiled overload's entry point. The dispatcher works out every argument's numba type on
+    each call: 15-35 us for a kernel's 30 arguments, where a small layer's work is 5-50 us
+    (MobileNetV2 runs 50 such calls a batch). `entry` may be shared by calls whose argument
+    types are the same (a graph output's fresh array each run)."""
+    __slots__ = ("func", "args", "entry")
+
+    def __init__(self, func, args, entry=None):
+        self.func, self.args, self.entry = func, tuple(args), [None] if entry is None else entry
+
+    def __call__(self):
+        ep = self.entry[0]
+        if ep is not None:
+            return ep(*self.args)
+        out = self.func(*self.args)
+        self.entry[0] = entry_point(self.func, self.args)
+        return out
+
+
+def entry_point(dispatcher, args):
+    """The compiled overload of `dispatcher` for these arguments' types (the dispatcher itself
+    when there is none: a call it would convert types for)."""
+    try:
+        cres = dispatcher.overloads.get(tuple(dispatcher.typeof_pyval(a) for a in args))
+    except Exception:          # noqa: BLE001 (anything unusual: keep the dispatcher's own path)
+        cres = None
+    return dispatcher if cres is None else cres.entry_point
+
+
+def bound_call(fn, args, entry=None):
+    """fn(*args) as a call with no arguments: a FastCall for a numba kernel, else a partial."""
+    return FastCall(fn, args, entry) if isinstance(fn, Dispatcher) else functools.partial(fn, *args)
+
+
 # --- the cold-compile notice --------------------------------------------------------------
 _noticed = False
 
@@ -53,7 +90,7 @@ def dispatchers_in(fn, depth: int = 3):
         return
     if depth == 0:
         return
-    if isinstance(fn, functools.partial):
+    if isinstance(fn, (functools.partial, FastCall)):
         yield from dispatchers_in(fn.func, depth - 1)
         return
     for cell in getattr(fn, "__closure__", None) or ():

@@ -3,7 +3,6 @@ rlxpy.thunks.tensor_records, kernels in tensor.py), registered in the same table
 conv family's."""
 from __future__ import annotations
 
-from functools import partial
 from math import prod
 
 import numpy as np
@@ -16,6 +15,7 @@ from ..thunks.records import ABSENT, Choice, Tiling
 from . import nchwc, simd, tensor
 from .choose import _lanes, chooser, reference
 from .dispatch import NO_BIAS, _threads, at, runs
+from .jit import bound_call
 
 ROW = 1 << 14       # floats per work item of a plain elementwise kernel (64 KiB: an L2-sized share)
 
@@ -429,4 +429,4 @@ def epilogue_pass(t, arena):
     shape = rec.geometry.y_shape
     y, total, row, cb, c, v = _flat(t, arena, "y", shape)
     r = _flat(t, arena, "r", shape)[0] if rec.r != ABSENT else NO_BIAS
-    return partial(tensor.EPILOGUE[e.act or "identity"], y, r, e.alpha, e.beta, total, row, cb, c, v)
+    return bound_call(tensor.EPILOGUE[e.act or "identity"], (y, r, e.alpha, e.beta, total, row, cb, c, v))
