@@ -211,6 +211,14 @@ def _origins(oh, ow, live, OW, sh, sw, ph, pw):
 
 
 @inlined
+def _pixel_offsets(org, Wi, ps):
+    """The 6 origins of _origins as offsets in a plane of rows Wi pixels wide, ps floats a
+    pixel."""
+    return ((org[0] * Wi + org[1]) * ps, (org[2] * Wi + org[3]) * ps, (org[4] * Wi + org[5]) * ps,
+            (org[6] * Wi + org[7]) * ps, (org[8] * Wi + org[9]) * ps, (org[10] * Wi + org[11]) * ps)
+
+
+@inlined
 def _chunk(ch, chunk, P, OW):
     """A work item's chunk of output pixels: one past its last, and its first pixel (oh, ow)
     (one integer division per chunk)."""
@@ -410,12 +418,7 @@ def conv(a, x0, p0, ya, y0, y_plain, K, N, D, H, Wi, OD, OH, OW, KD, KH, KW, sd,
                 # offsets fixed (d_k) and one step per block for x and the weights. (Blocks
                 # outermost, as the border tiles below, reloaded spilled offsets at every tap:
                 # 144 GFLOP/s on 64 -> 64 @56 against 178 this way, 2 cores AVX2.)
-                d0 = (org[0] * Wi + org[1]) * V
-                d1 = (org[2] * Wi + org[3]) * V
-                d2 = (org[4] * Wi + org[5]) * V
-                d3 = (org[6] * Wi + org[7]) * V
-                d4 = (org[8] * Wi + org[9]) * V
-                d5 = (org[10] * Wi + org[11]) * V
+                d0, d1, d2, d3, d4, d5 = _pixel_offsets(org, Wi, V)
                 HWV = H * Wi * V
                 TVV = T * V * V
                 for kd in range(KD):
@@ -532,12 +535,7 @@ def conv_plain_in(a, x0, p0, ya, y0, y_plain, K, N, C, D, H, Wi, OD, OH, OW, KD,
             oh, ow = org[12], org[13]
             org = org[:12]
             inside = _tile_inside(live, org[0], org[1], org[10], org[11], H, Wi, KH, KW, dh, dw, OW, sw, pw)
-            d0 = org[0] * Wi + org[1]
-            d1 = org[2] * Wi + org[3]
-            d2 = org[4] * Wi + org[5]
-            d3 = org[6] * Wi + org[7]
-            d4 = org[8] * Wi + org[9]
-            d5 = org[10] * Wi + org[11]
+            d0, d1, d2, d3, d4, d5 = _pixel_offsets(org, Wi, 1)
             one_row = org[0] == org[10]          # all 6 pixels in one input row
             for pr in range(pairs):
                 ob0 = 2 * pr
@@ -584,9 +582,7 @@ def conv_plain_in(a, x0, p0, ya, y0, y_plain, K, N, C, D, H, Wi, OD, OH, OW, KD,
                           vload(a, bias0 + ob0 * V, L), vload(a, bias0 + ob1 * V, L), acc, ep, ra, L)
 
 
-# --- one block of channels at a time: pooling, depthwise -------------------------------------
-
-# --- a row of output pixels at a time (pool, depthwise) ----------------------------------
+# --- one block of channels at a time, a row of output pixels at a time: pool, depthwise -------
 @inlined
 def _interior_columns(OW, Wi, KW, sw, pw, dw):
     """The output columns [ow_lo, ow_hi) whose every tap is inside x in width:

@@ -21,7 +21,7 @@ from math import ceil
 from numba import prange
 
 from .jit import inlined, parallel_kernel
-from .nchwc import TP, _fma_6x2, _put_block, _put_tile, _zeros12, group_blocks
+from .nchwc import TP, _fma_6x2, _origins, _pixel_offsets, _put_block, _put_tile, _zeros12, group_blocks
 from .simd import nlanes, vadd, vbcast, vfma, vload, vzero
 
 # The packed weights of one item's group of output pairs: about a quarter of a 512 KiB L2,
@@ -72,36 +72,16 @@ def _fma_6x1(a, o0, o1, o2, o3, o4, o5, w0, acc6, L):
 
 
 @inlined
-def _next_pixel(oh, ow, OW):
-    ow += 1
-    if ow == OW:
-        return oh + 1, 0
-    return oh, ow
-
-
-@inlined
 def _tile_pixels(q0, live, contiguous, OW, Wi, sh, sw, V):
     """The input offset (floats within a blocked plane) of each of the tile's 6 output
     pixels from q0; a pixel past the live ones repeats the first's."""
-    if contiguous:                  # stride 1: output pixel q is input pixel q
+    if contiguous:                  # stride 1: output pixel q is input pixel q (no division)
         p0 = q0 * V
         return (p0, (q0 + 1) * V if live > 1 else p0, (q0 + 2) * V if live > 2 else p0,
                 (q0 + 3) * V if live > 3 else p0, (q0 + 4) * V if live > 4 else p0,
                 (q0 + 5) * V if live > 5 else p0)
     oh = q0 // OW
-    ow = q0 - oh * OW
-    p0 = (oh * sh * Wi + ow * sw) * V
-    oh, ow = _next_pixel(oh, ow, OW)
-    p1 = (oh * sh * Wi + ow * sw) * V if live > 1 else p0
-    oh, ow = _next_pixel(oh, ow, OW)
-    p2 = (oh * sh * Wi + ow * sw) * V if live > 2 else p0
-    oh, ow = _next_pixel(oh, ow, OW)
-    p3 = (oh * sh * Wi + ow * sw) * V if live > 3 else p0
-    oh, ow = _next_pixel(oh, ow, OW)
-    p4 = (oh * sh * Wi + ow * sw) * V if live > 4 else p0
-    oh, ow = _next_pixel(oh, ow, OW)
-    p5 = (oh * sh * Wi + ow * sw) * V if live > 5 else p0
-    return p0, p1, p2, p3, p4, p5
+    return _pixel_offsets(_origins(oh, q0 - oh * OW, live, OW, sh, sw, 0, 0), Wi, V)
 
 
 @parallel_kernel
