@@ -81,7 +81,7 @@ class Executable:
         # A snapshot: nodes added to the graph later do not change this executable.
         self._outputs = dict(graph.outputs)
         self._nodes, self._params, folded = fold_batch_norms(graph.nodes, graph.params, self._outputs)
-        self._nodes, _ = fuse_gelu(self._nodes, self._params, self._outputs)
+        self._nodes = fuse_gelu(self._nodes, self._params, self._outputs)
         if getattr(backend, "fuses_epilogues", False):
             self._nodes, fused = fuse_epilogues(self._nodes, self._outputs)
             folded.update({name: folded.get(conv, conv) for name, conv in fused.items()})

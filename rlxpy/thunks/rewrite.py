@@ -34,25 +34,30 @@ def _live(nodes, outputs) -> set:
     return live
 
 
-def _consumers(nodes, outputs) -> Dict[int, int]:
-    """Value -> the index of a live node that reads it (the one a sole reader is)."""
+def _reads(nodes, outputs) -> Tuple[Dict[int, int], Dict[int, int]]:
+    """(readers, consumer) over the live nodes: how many of them (and the outputs) read each
+    value, and the index of one that does. A node an earlier rewrite covered (a GELU's div,
+    now unread) does not count, so the conv before it may still fuse."""
     live = _live(nodes, outputs)
-    return {v: k for k, n in enumerate(nodes) if n.output in live for v in n.inputs}
-
-
-def _readers(nodes, outputs) -> Dict[int, int]:
-    """How many live nodes (and outputs) read each value: a node an earlier rewrite covered
-    (a GELU's div, now unread) does not count, so the conv before it may still fuse."""
     count: Dict[int, int] = {}
-    live = _live(nodes, outputs)
-    for n in nodes:
+    consumer: Dict[int, int] = {}
+    for k, n in enumerate(nodes):
         if n.output not in live:
             continue
         for v in n.inputs:
             count[v] = count.get(v, 0) + 1
+            consumer[v] = k
     for v in outputs.values():
         count[v] = count.get(v, 0) + 1
-    return count
+    return count, consumer
+
+
+def _sole_reader_of(nodes: list, outputs):
+    """sole_reader(v): the node of `nodes` (as it is when asked) that alone reads value v,
+    where v is no graph output; else None."""
+    readers, consumer = _reads(nodes, outputs)
+    outs = set(outputs.values())
+    return lambda v: nodes[consumer[v]] if readers.get(v) == 1 and v in consumer and v not in outs else None
 
 
 def fold_batch_norms(nodes, params: Dict[int, np.ndarray], outputs) -> Tuple[tuple, Dict[int, np.ndarray], Dict[str, str]]:
@@ -60,7 +65,7 @@ def fold_batch_norms(nodes, params: Dict[int, np.ndarray], outputs) -> Tuple[tup
     weights get new value ids after every node (params are sources: order does not matter)."""
     nodes: List[Node] = list(nodes)
     params = dict(params)
-    readers = _readers(nodes, outputs)
+    readers, _ = _reads(nodes, outputs)
     folded: Dict[str, str] = {}
     for j, bn in enumerate(list(nodes)):
         if bn.op != "BatchNorm":
@@ -102,13 +107,8 @@ def fuse_epilogues(nodes, outputs) -> Tuple[tuple, Dict[str, str]]:
     node it covers ("conv+add+relu"). It takes the last covered node's place and value
     id; the nodes it covers, now unread, are dropped by the plan."""
     nodes = list(nodes)
-    readers = _readers(nodes, outputs)
-    consumer = _consumers(nodes, outputs)
+    sole_reader = _sole_reader_of(nodes, outputs)
     fused: Dict[str, str] = {}
-
-    def sole_reader(v):
-        """The node that alone reads value v, where v is no graph output; else None."""
-        return nodes[consumer[v]] if readers.get(v) == 1 and v in consumer and v not in outputs.values() else None
 
     for i, conv in enumerate(list(nodes)):
         if conv.op not in CONVS or conv.attrs.act or conv.attrs.has_residual:
@@ -144,25 +144,20 @@ def _scalar(v, params) -> float:
     return float(a.reshape(-1)[0]) if a is not None and a.size == 1 else float("nan")
 
 
-def fuse_gelu(nodes, params: Dict[int, np.ndarray], outputs) -> Tuple[tuple, Dict[str, str]]:
-    """(nodes, {gelu node name: the first covered node's name}): div(x, sqrt 2) -> erf ->
-    add(1) -> mul(x) -> mul(0.5), each step the only reader of the one before (constants in
-    either operand order; the two muls in either order), becomes one gelu node on x,
-    named after the nodes it covers. It takes the last node's place and value id; the
-    others, now unread, are dropped by the plan. (Five passes over the tensor, three of
-    them reorders out of and back into the blocked layout, were 2.3 ms of the 1-D CNN's 9
-    at batch 8; onnxruntime fuses the same pattern.)"""
+def fuse_gelu(nodes, params: Dict[int, np.ndarray], outputs) -> tuple:
+    """The nodes, where div(x, sqrt 2) -> erf -> add(1) -> mul(x) -> mul(0.5), each step the
+    only reader of the one before (constants in either operand order; the two muls in
+    either order), became one gelu node on x, named after the nodes it covers. It takes
+    the last node's place and value id; the others, now unread, are dropped by the plan.
+    (Five passes over the tensor, three of them reorders out of and back into the blocked
+    layout, were 2.3 ms of the 1-D CNN's 9 at batch 8; onnxruntime fuses the same pattern.)"""
     nodes = list(nodes)
-    readers = _readers(nodes, outputs)
-    consumer = _consumers(nodes, outputs)
-    fused: Dict[str, str] = {}
+    sole_reader = _sole_reader_of(nodes, outputs)
 
     def next_binary(v, fn):
         """The node that alone reads value v if it is Binary `fn`, with v's partner; else None."""
-        if readers.get(v) != 1 or v not in consumer or v in outputs.values():
-            return None
-        n = nodes[consumer[v]]
-        if n.op != "Binary" or n.attrs.fn != fn or list(n.inputs).count(v) != 1:
+        n = sole_reader(v)
+        if n is None or n.op != "Binary" or n.attrs.fn != fn or list(n.inputs).count(v) != 1:
             return None
         return n, n.inputs[1] if n.inputs[0] == v else n.inputs[0]
 
@@ -170,10 +165,8 @@ def fuse_gelu(nodes, params: Dict[int, np.ndarray], outputs) -> Tuple[tuple, Dic
         if div.op != "Binary" or div.attrs.fn != "div" or _scalar(div.inputs[1], params) != SQRT2:
             continue
         x = div.inputs[0]
-        if readers.get(div.output) != 1 or div.output not in consumer or div.output in outputs.values():
-            continue
-        erf = nodes[consumer[div.output]]
-        if erf.op != "Unary" or erf.attrs.fn != "erf":
+        erf = sole_reader(div.output)
+        if erf is None or erf.op != "Unary" or erf.attrs.fn != "erf":
             continue
         step = next_binary(erf.output, "add")
         if step is None or _scalar(step[1], params) != 1.0:
@@ -194,10 +187,9 @@ def fuse_gelu(nodes, params: Dict[int, np.ndarray], outputs) -> Tuple[tuple, Dic
             at = step[0].output
         if not all(muls.values()) or tuple(nodes[at].shape) != tuple(nodes[x].shape):   # scalars broadcast x up
             continue
-        name = "+".join(n.name for n in chain)
-        nodes[at] = Node(name, "Unary", T.UnaryAttrs("gelu", 0.0, 0.0), (x,), at, nodes[at].shape)
-        fused[name] = div.name
-    return tuple(nodes), fused
+        nodes[at] = Node("+".join(n.name for n in chain), "Unary", T.UnaryAttrs("gelu", 0.0, 0.0), (x,), at,
+                         nodes[at].shape)
+    return tuple(nodes)
 
 
 def flush_denormals(params: Dict[int, np.ndarray], nodes) -> Tuple[Dict[int, np.ndarray], Dict[str, int]]:
