@@ -419,14 +419,13 @@ def choose_conv2d_1x1(rec: R.Conv2D1x1, ctx: ChoiceContext) -> Choice:
     if not ctx.config.fast_conv:
         return reference("conv2d_1x1", ctx.config)
     lanes = _lanes(ctx)
-    if lanes > 1 and nchwc_default_reason(rec.geometry, lanes) is None:
+    blocked_why = "RLX_SIMD_WIDTH=1" if lanes == 1 else nchwc_default_reason(rec.geometry, lanes)
+    if blocked_why is None:
         # even alone, with a reorder on each side: pointwise 144 -> 24 @56 0.40 ms against
         # gemm1x1's 0.59 (bench/conv_suite.py); between blocked neighbours no reorder at all
         return nchwc_1x1_choice(rec.geometry, ctx, "1x1 as the blocked GEMM (faster than gemm1x1 even with a "
                                                    "reorder on each side)")
-    return gemm1x1_choice(rec, ctx, f"1x1, stride 1, unpadded, groups 1"
-                                    f"{'' if lanes > 1 else ' (RLX_SIMD_WIDTH=1)'}"
-                                    f"{'; ' + nchwc_default_reason(rec.geometry, lanes) if lanes > 1 else ''}")
+    return gemm1x1_choice(rec, ctx, f"1x1, stride 1, unpadded, groups 1 ({blocked_why})")
 
 
 def gemm1x1_choice(rec: R.Conv2D1x1, ctx: ChoiceContext, why: str = "1x1, stride 1, unpadded, groups 1") -> Choice:

@@ -138,8 +138,8 @@ def act_silu(v, alpha, beta):
 
 # erf in float32 arithmetic, no libm call (math.erf is a scalar call per element: GELU over
 # 512K floats took 1.8 ms): x * P(x^2) on [0, 1), a polynomial in x - centre on [1, 2),
-# [2, 3) and [3, 3.92), 1 beyond; odd (erf(-0) = -0); NaN stays NaN. Coefficients and their error (at most
-# 6e-8 relative in float64, about an ulp more in float32) from bench/fit_erf.py.
+# [2, 3) and [3, 3.92), 1 beyond; odd (erf(-0) = -0); NaN stays NaN. Coefficients and their
+# error (at most 6e-8 relative in float64, about an ulp more in float32) from bench/fit_erf.py.
 _f = np.float32
 
 
@@ -337,7 +337,7 @@ def linear_dot(x, w, b, y, rows, k, o, per, L):
                 s0, s1, s2, s3 = _dot4(x, w, 0, q, 2 * q, 3 * q, wo, wo + q, wo + 2 * q, wo + 3 * q, q, L)
                 t = s0 + s1 + s2 + s3
                 for kk in range(4 * q, k):
-                    t += w[c * k + kk] * x[kk]
+                    t += w[wo + kk] * x[kk]
                 y[c] = t + bias
                 continue
             for r0 in range(0, rows, 4):

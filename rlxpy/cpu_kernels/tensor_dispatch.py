@@ -85,13 +85,13 @@ def choose_reduce(rec, ctx: ChoiceContext) -> Choice:
     if not ctx.config.fast_conv:
         return reference(type(rec).__name__.lower(), ctx.config)
     g = rec.geometry
+    rows = isinstance(rec, TR.Reduce) and trailing_axes(g.params, len(g.x_shape)) and prod(g.x_shape) > 0
     lanes = _lanes(ctx)
-    if (isinstance(rec, TR.Reduce) and ctx.near_blocked and lanes > 1 and _blockable(g.x_shape)
-            and tuple(sorted(g.params)) == tuple(range(2, len(g.x_shape))) and prod(g.x_shape) > 0):
+    if rows and len(g.params) == len(g.x_shape) - 2 and ctx.near_blocked and lanes > 1 and _blockable(g.x_shape):
         return Choice("nchwc_reduce", f"global {g.mode} pooling on NCHW{lanes}c after a blocked neighbour: vectors "
                                       f"of {lanes} channels summed over the pixels, no reorder",
                       tiling=Tiling(lanes=lanes), layouts=(("x", blocked(lanes)),))
-    if isinstance(rec, TR.Reduce) and trailing_axes(g.params, len(g.x_shape)) and prod(g.x_shape) > 0:
+    if rows:
         return Choice("rows", "over trailing axes (global pooling): one contiguous row per output, rows in "
                               "parallel")
     return Choice("numpy", "numpy in float32 into y")
