@@ -103,19 +103,22 @@ def sgemm_gflops(threads):
     return 2 * n ** 3 / min(ts) / 1e9
 
 
-def time_blocks(runners, reps, warmup=3, passes=2):
-    """Each peer runs in a block of its own (warm-up, then reps/passes timed calls), the
-    blocks alternating over `passes` rounds; the median of all a peer's calls is its time.
+def time_blocks(runners, reps, warmup=3, block=5):
+    """Each peer runs in blocks of its own (warm-up, then `block` timed calls), the blocks
+    alternating over ceil(reps / block) rounds; the median of all a peer's calls is its time.
     Blocks rather than one call each in turn: PyTorch's OpenMP threads and numba's keep
     spinning for a while after a parallel region, and a peer timed right after the other
-    would pay for that spinning."""
+    would pay for that spinning. Short blocks, many rounds: this machine's speed drifts by
+    up to 40% for minutes at a time (both peers alike: a noisy neighbour), and two long
+    blocks could each land in a different phase."""
     samples = {k: [] for k in runners}
-    for _ in range(passes):
+    passes = max(1, -(-reps // block))
+    for p in range(passes):
         for k, fn in runners.items():
             time.sleep(0.1)   # let the last peer's pool threads go to sleep
-            for _ in range(warmup):
+            for _ in range(warmup if p == 0 else 1):
                 fn()
-            for _ in range(max(1, reps // passes)):
+            for _ in range(min(block, reps)):
                 t0 = time.perf_counter()
                 fn()
                 samples[k].append(time.perf_counter() - t0)

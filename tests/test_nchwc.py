@@ -53,6 +53,26 @@ def test_nchwc_direct_matches_reference_at_every_width(case, width):
     assert_close(out, ref, TOL, f"{th.algo} {width} {case.id}")
 
 
+@pytest.mark.parametrize("width", [8, 16])
+@pytest.mark.parametrize("budget", [0, 1 << 40])
+@pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: c.id)
+def test_nchwc_direct_either_item_order(case, budget, width, monkeypatch):
+    """Pairs of output blocks outer (weights over the budget) or chunks of pixels outer (under
+    it): the same sums, whatever the cut, against the reference kernels."""
+    from rlxpy.cpu_kernels import nchwc
+    if _why_not_blocked(case, width):
+        pytest.skip("not a blocked case")
+    monkeypatch.setattr(nchwc, "PIXEL_MAJOR_WEIGHT_BYTES", budget)
+    ref, _, _, _ = run_case(case, REFERENCE, seed=41)
+    out, exe, _, _ = run_case(case, rx.Config(conv_algo="nchwc_direct", simd_width=width), seed=41)
+    th = main_thunk(exe)
+    (_, w), groups = case.params[0], case.kw["groups"]
+    pairs = -(-(-(-(w[0] // groups) // width)) // 2)        # ceil(ceil(K_g / width) / 2)
+    assert th.algo == "nchwc_direct" and th.tiling.k_blocks == (1 if budget == 0 else pairs), exe.explain()
+    assert ("output blocks split" if budget == 0 else "pixels split") in th.why
+    assert_close(out, ref, TOL, f"nchwc_direct order {budget} {width} {case.id}")
+
+
 def _why_not_1x1(case):
     """Why nchwc_1x1 can't run a case, restated from its fields (None: it can)."""
     (_, x), (_, w) = case.inputs[0], case.params[0]
@@ -119,6 +139,26 @@ def test_nchwc_plain_in_matches_reference_at_every_width(case, width):
     else:
         assert th.algo != "nchwc_plain_in" and "nchwc_plain_in not eligible" in th.why
     assert_close(out, ref, TOL, f"{th.algo} {width} {case.id}")
+
+
+@pytest.mark.parametrize("width", [8, 16])
+def test_nchwc_plain_in_rows_whose_every_tap_is_padding_and_border_columns(width):
+    """A padding wider than the dilated kernel: whole output rows and columns see only
+    padding (the kernel rows and columns inside x are empty ranges: bias, then relu), border
+    columns run a pixel at a time, and a row's interior splits into tiles of 6 and a tail;
+    against the reference kernels, with relu fused into the store of blocked y."""
+    rng = np.random.default_rng(48)
+    g = rx.Graph()
+    x = g.input("x", (2, 3, 7, 20))
+    c = g.conv(x, g.param("w", rand(rng, 11, 3, 2, 3)), bias=g.param("b", rand(rng, 11)), stride=(1, 2),
+               padding=((4, 3), (5, 4)), dilation=(2, 1), name="c")
+    g.output("y", g.conv(g.relu(c), g.param("w2", rand(rng, 4, 11, 1, 1)), name="d"))
+    exe = rx.compile(g, rx.Config(simd_width=width))
+    th = {t.node.split("+")[0]: t for t in exe.thunks if t.algo != "reorder"}
+    assert th["c"].algo == "nchwc_plain_in" and "relu" in th["c"].why, exe.explain()
+    xv = rand(rng, 2, 3, 7, 20)
+    ref = rx.compile(g, REFERENCE)
+    assert_close(exe.run({"x": xv})["y"], ref.run({"x": xv})["y"], TOL, "plain_in all-padding rows")
 
 
 def _chain(rng, c=5, k=11):

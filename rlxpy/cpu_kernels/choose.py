@@ -85,9 +85,11 @@ def _then(passed) -> str:
 def nchwc_choice(g: ConvGeometry, ctx: ChoiceContext, why: str, passed=(), roles=("x", "y")) -> Choice:
     lanes = _lanes(ctx)
     chunk = nchwc.items(g.lifted(2), lanes, ctx.threads)
+    split = "pixels" if nchwc.pixel_major(g, lanes) else "output blocks"
     return _capped(Choice("nchwc_direct", f"{why} (NCHW{lanes}c, 6 pixels x 2 blocks of {lanes} channels a "
-                                          f"tile){_then(passed)}",
-                          0, 4 * nchwc.packed_floats(g.lifted(2), lanes), Tiling(tile=chunk, lanes=lanes),
+                                          f"tile, {split} split over the threads){_then(passed)}",
+                          0, 4 * nchwc.packed_floats(g.lifted(2), lanes),
+                          Tiling(tile=chunk, k_blocks=nchwc.pair_group(g, lanes), lanes=lanes),
                           ((roles[0], blocked(lanes)), (roles[1], blocked(lanes))), plain_ok=(roles[1],)))
 
 
@@ -128,10 +130,10 @@ NCHWC_MAX_WASTE = 1.34
 
 def plain_in_choice(g: ConvGeometry, ctx: ChoiceContext, why: str, passed=()) -> Choice:
     lanes = _lanes(ctx)
-    chunk = nchwc.plain_in_items(g.lifted(2), ctx.threads)
-    return _capped(Choice("nchwc_plain_in", f"{why} (x read in place, y NCHW{lanes}c: 6 pixels x 2 blocks of "
-                                            f"{lanes} channels a tile){_then(passed)}",
-                          0, 4 * nchwc.plain_in_packed_floats(g.lifted(2), lanes), Tiling(tile=chunk, lanes=lanes),
+    rows = nchwc.plain_in_rows(g.lifted(2), ctx.threads)
+    return _capped(Choice("nchwc_plain_in", f"{why} (x read in place, y NCHW{lanes}c: 6 pixels of a row x 2 "
+                                            f"blocks of {lanes} channels a tile){_then(passed)}",
+                          0, 4 * nchwc.plain_in_packed_floats(g.lifted(2), lanes), Tiling(tile=rows, lanes=lanes),
                           (("y", blocked(lanes)),), plain_ok=("y",)))
 
 

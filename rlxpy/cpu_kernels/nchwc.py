@@ -96,6 +96,27 @@ def chunk_pixels(g, outer: int, threads: int) -> int:
     return per * TP
 
 
+# A work item's x is read where the producer of x wrote it when the image is split over the
+# threads (pixels outer): each core then reads what its own cache holds. That pays while every
+# pair's weights stay in the L2 a core has (half of its 512 KiB on Zen 2): past that, each
+# chunk would fetch them all again, and pairs go outer (x read by both cores).
+PIXEL_MAJOR_WEIGHT_BYTES = 256 * 1024
+
+
+def pixel_major(g, lanes: int) -> bool:
+    """Whether conv's work items take chunks of pixels outer (every pair's packed weights fit
+    PIXEL_MAJOR_WEIGHT_BYTES). 3x3 64 -> 64 @56 at batch 1 after another conv: 1.39 ms
+    pairs outer, 1.27 pixels outer (x freshly written by the two cores; AVX2, 2 cores)."""
+    cbg, ocbg = group_blocks(g, lanes)
+    return 4 * ocbg * cbg * prod(g.kernel) * lanes * lanes <= PIXEL_MAJOR_WEIGHT_BYTES
+
+
+def pair_group(g, lanes: int) -> int:
+    """How many pairs of output blocks a work item's chunk goes through before the next chunk
+    (conv's gp): all of a group's pixels outer, else 1."""
+    return -(-group_blocks(g, lanes)[1] // BLOCKS) if pixel_major(g, lanes) else 1
+
+
 def items(g, lanes: int, threads: int) -> int:
     """Pixels per work item of conv / conv_plain_in: items are (image, group, pair of output
     blocks, chunk)."""
@@ -367,24 +388,30 @@ def _offsets(inside, xb, org, dy, dx, H, Wi, ps, sw, z0, live):
 
 
 @inlined
-def _item(it, chunks, pairs, groups):
-    """A work item's (chunk of pixels, pair of output blocks in its group, group, image)."""
-    ch = it % chunks
-    r = it // chunks
-    pr = r % pairs
-    r //= pairs
+def _item(it, chunks, pairs, groups, gp):
+    """A work item's (chunk of pixels, pair of output blocks in its group, group, image), in
+    the order (image, group, run of gp pairs, chunk, pair in the run): gp = 1 is pairs outer,
+    gp = pairs chunks outer (pair_group)."""
+    pr = it % gp
+    r = it // gp
+    ch = r % chunks
+    r //= chunks
+    runs = pairs // gp
+    pr += (r % runs) * gp
+    r //= runs
     g = r % groups
     return ch, pr, g, r // groups
 
 
 @parallel_kernel
 def conv(a, x0, p0, ya, y0, y_plain, K, N, D, H, Wi, OD, OH, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw,
-         groups, CBg, OCBg, chunk, epi, L):
+         groups, CBg, OCBg, chunk, gp, epi, L):
     """y (in ya at y0: blocked, or plain [N, K, OD, OH, OW] when y_plain; ya is a, or a graph
     output's own array) = conv of x (blocked, in a at x0) with the packed weights and bias
     at p0 (pack). 2-D (and 1-D) convs come with D = OD = KD = 1: a 3-D conv is the sum over
     its depth taps of 2-D convs of input planes. Work items: (image, group, pair of output
-    blocks, output plane, chunk of pixels). epi: the fused epilogue (_epi, epilogue_args)."""
+    blocks, output plane, chunk of pixels), ordered as _item says with gp (1 or all pairs:
+    pair_group). epi: the fused epilogue (_epi, epilogue_args)."""
     V = nlanes(L)
     e_kind, e_lo, e_hi, ra, e_r0 = epi         # once, outside the prange (see _epi)
     ep = (e_kind, e_lo, e_hi, e_r0)
@@ -398,7 +425,7 @@ def conv(a, x0, p0, ya, y0, y_plain, K, N, D, H, Wi, OD, OH, OW, KD, KH, KW, sd,
     z0 = bias0 + OCB * V
     for it in prange(N * groups * pairs * OD * chunks):
         V = nlanes(L)          # again inside the loop body: numba outlines it, and V must stay a constant
-        ch, pr, g, n = _item(it, OD * chunks, pairs, groups)
+        ch, pr, g, n = _item(it, OD * chunks, pairs, groups, gp)
         od = ch // chunks
         ch -= od * chunks
         ob0 = g * OCBg + 2 * pr
@@ -470,9 +497,10 @@ def plain_in_eligible(g, lanes: int):
     return None
 
 
-def plain_in_items(g, threads: int) -> int:
-    """Pixels per work item of conv_plain_in: items are (image, output plane, chunk)."""
-    return chunk_pixels(g, g.x_shape[0], threads)
+def plain_in_rows(g, threads: int) -> int:
+    """Output rows per work item of conv_plain_in (items: image, output plane, run of rows):
+    about 512 pixels, fewer where the items would not give every thread 4."""
+    return _rows_for(g.x_shape[0] * prod(g.y_shape[2:-2]), g.y_shape[-2], g.y_shape[-1], threads)
 
 
 def plain_in_packed_floats(g, lanes: int) -> int:
@@ -502,16 +530,36 @@ def pack_plain_in(w, b, a, p0, L):
         a[tail + k] = b[k] if (b.size > 0 and k < K) else np.float32(0.0)
 
 
+@inlined
+def _valid_taps(i0, H, KH, dh):
+    """The taps [lo, hi) of a window starting at i0 (steps of dh) that are inside [0, H)."""
+    lo = 0 if i0 >= 0 else min(KH, (dh - 1 - i0) // dh)
+    last = H - 1 - i0
+    hi = min(KH, last // dh + 1) if last >= 0 else 0
+    return lo, max(lo, hi)
+
+
+@inlined
+def _pair_blocks(pr, OCB):
+    """Pair pr's first output block, whether it has a second, and the second (the first
+    again when it has none: computed twice, stored once)."""
+    ob0 = 2 * pr
+    two = ob0 + 1 < OCB
+    return ob0, two, ob0 + 1 if two else ob0
+
+
 @parallel_kernel
 def conv_plain_in(a, x0, p0, ya, y0, y_plain, K, N, C, D, H, Wi, OD, OH, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw,
-                  dd, dh, dw, chunk, epi, L):
+                  dd, dh, dw, rows, epi, L):
     """As conv, but x is plain [N, C, D, H, W] and read in place: per input channel and tap,
     6 broadcasts of x and 2 weight vectors for 12 FMAs (no V-wide channel loop, so a
-    1-channel input wastes nothing). Work items: (image, output plane, chunk of pixels);
-    each tile goes through every pair of output blocks while its x is in L1 (per pair, the
-    whole image streamed again), and a tile inside x steps its 6 pixels' fixed offsets
-    along each kernel row (the RGB stems: 1.45-1.6x the pair-per-item order with offsets
-    recomputed per row). epi: the fused epilogue, as conv's."""
+    1-channel input wastes nothing). Work items: (image, output plane, run of `rows` output
+    rows). A row's interior columns (every tap inside x in width) run in tiles of 6 pixels,
+    each tile through every pair of output blocks while its x is in L1, over the kernel rows
+    inside x only; its border columns run a pixel at a time over their taps inside x. No tap
+    is tested inside a tile and no FMA multiplies padding (tiles cut across rows, with every
+    tap of a tile at a border tested, held the ResNet stem at 1.84 ms; 1.35 by rows).
+    epi: the fused epilogue, as conv's."""
     V = nlanes(L)
     e_kind, e_lo, e_hi, ra, e_r0 = epi         # once, outside the prange (see _epi)
     ep = (e_kind, e_lo, e_hi, e_r0)
@@ -519,67 +567,81 @@ def conv_plain_in(a, x0, p0, ya, y0, y_plain, K, N, C, D, H, Wi, OD, OH, OW, KD,
     OCB = (K + V - 1) // V
     T = KD * KH * KW
     pairs = (OCB + 1) // 2
-    chunks = (P + chunk - 1) // chunk
+    runs = (OH + rows - 1) // rows
     bias0 = p0 + OCB * C * T * V
-    z0 = bias0 + OCB * V
-    for it in prange(N * OD * chunks):
-        V = nlanes(L)
-        ch = it % (OD * chunks)
-        n = it // (OD * chunks)
-        od = ch // chunks
-        ch -= od * chunks
-        p_end, oh, ow = _chunk(ch, chunk, P, OW)
-        for q0 in range(ch * chunk, p_end, TP):
-            live = min(TP, p_end - q0)
-            org = _origins(oh, ow, live, OW, sh, sw, ph, pw)
-            oh, ow = org[12], org[13]
-            org = org[:12]
-            inside = _tile_inside(live, org[0], org[1], org[10], org[11], H, Wi, KH, KW, dh, dw, OW, sw, pw)
-            d0, d1, d2, d3, d4, d5 = _pixel_offsets(org, Wi, 1)
-            one_row = org[0] == org[10]          # all 6 pixels in one input row
-            for pr in range(pairs):
-                ob0 = 2 * pr
-                two = ob0 + 1 < OCB
-                ob1 = ob0 + 1 if two else ob0
-                acc = _zeros12(L)
-                for c in range(C):
-                    wb0 = p0 + (ob0 * C + c) * T * V
-                    wb1 = p0 + (ob1 * C + c) * T * V
-                    for kd in range(KD):
-                        idp = od * sd - pd + kd * dd
-                        if idp < 0 or idp >= D:
-                            continue
-                        xb = x0 + ((n * C + c) * D + idp) * H * Wi
-                        if inside and one_row and sw == 2:
-                            # the stems' common case: the 6 pixels 2 floats apart, as constants the
-                            # loads take as displacements (5% on the RGB stems)
-                            for i in range(KH):
-                                xr = xb + i * dh * Wi + d0
+    ow_lo, ow_hi = _interior_columns(OW, Wi, KW, sw, pw, dw)
+    for it in prange(N * OD * runs):
+        V = nlanes(L)          # again inside the loop body: numba outlines it, and V must stay a constant
+        rc = it % runs
+        od = (it // runs) % OD
+        n = it // (runs * OD)
+        for oh in range(rc * rows, min(OH, rc * rows + rows)):
+            ih0 = oh * sh - ph
+            i_lo, i_hi = _valid_taps(ih0, H, KH, dh)
+            for q in range(ow_lo, ow_hi, TP):
+                live = min(TP, ow_hi - q)
+                s1, s2, s3, s4, s5 = _row_steps(live, sw)
+                x_row = ih0 * Wi + q * sw - pw        # negative above x: only rows from i_lo are read
+                for pr in range(pairs):
+                    ob0, two, ob1 = _pair_blocks(pr, OCB)
+                    acc = _zeros12(L)
+                    for c in range(C):
+                        wb0 = p0 + (ob0 * C + c) * T * V
+                        wb1 = p0 + (ob1 * C + c) * T * V
+                        for kd in range(KD):
+                            idp = od * sd - pd + kd * dd
+                            if idp < 0 or idp >= D:
+                                continue
+                            xb = x0 + ((n * C + c) * D + idp) * H * Wi + x_row
+                            if live == TP and sw == 2:
+                                # the stems' common case: the 6 pixels 2 floats apart, as constants the
+                                # loads take as displacements (5% on the RGB stems)
+                                for i in range(i_lo, i_hi):
+                                    xr = xb + i * dh * Wi
+                                    wr = ((kd * KH + i) * KW) * V
+                                    for j in range(KW):
+                                        xo = xr + j * dw
+                                        acc = _fma_6x2(a, xo, xo + 2, xo + 4, xo + 6, xo + 8, xo + 10,
+                                                       vload(a, wb0 + wr + j * V, L),
+                                                       vload(a, wb1 + wr + j * V, L), acc, L)
+                            else:
+                                for i in range(i_lo, i_hi):
+                                    xr = xb + i * dh * Wi
+                                    wr = ((kd * KH + i) * KW) * V
+                                    for j in range(KW):
+                                        xo = xr + j * dw
+                                        acc = _fma_6x2(a, xo, xo + s1, xo + s2, xo + s3, xo + s4, xo + s5,
+                                                       vload(a, wb0 + wr + j * V, L),
+                                                       vload(a, wb1 + wr + j * V, L), acc, L)
+                    _put_tile(ya, y0, y_plain, n, ob0, ob1, two, od * P + oh * OW + q, live, K, OD * P, OCB,
+                              vload(a, bias0 + ob0 * V, L), vload(a, bias0 + ob1 * V, L), acc, ep, ra, L)
+            for b in range(OW - (ow_hi - ow_lo)):        # the border columns, left then right
+                ow = b if b < ow_lo else ow_hi + b - ow_lo
+                iw0 = ow * sw - pw
+                j_lo, j_hi = _valid_taps(iw0, Wi, KW, dw)
+                for pr in range(pairs):
+                    ob0, two, ob1 = _pair_blocks(pr, OCB)
+                    a0 = vzero(L)
+                    a1 = vzero(L)
+                    for c in range(C):
+                        wb0 = p0 + (ob0 * C + c) * T * V
+                        wb1 = p0 + (ob1 * C + c) * T * V
+                        for kd in range(KD):
+                            idp = od * sd - pd + kd * dd
+                            if idp < 0 or idp >= D:
+                                continue
+                            xb = x0 + ((n * C + c) * D + idp) * H * Wi
+                            for i in range(i_lo, i_hi):
+                                xr = xb + (ih0 + i * dh) * Wi + iw0
                                 wr = ((kd * KH + i) * KW) * V
-                                for j in range(KW):
-                                    xo = xr + j * dw
-                                    acc = _fma_6x2(a, xo, xo + 2, xo + 4, xo + 6, xo + 8, xo + 10,
-                                                   vload(a, wb0 + wr + j * V, L), vload(a, wb1 + wr + j * V, L),
-                                                   acc, L)
-                        elif inside:
-                            for i in range(KH):
-                                xr = xb + i * dh * Wi
-                                wr = ((kd * KH + i) * KW) * V
-                                for j in range(KW):
-                                    xo = xr + j * dw
-                                    acc = _fma_6x2(a, xo + d0, xo + d1, xo + d2, xo + d3, xo + d4, xo + d5,
-                                                   vload(a, wb0 + wr + j * V, L), vload(a, wb1 + wr + j * V, L),
-                                                   acc, L)
-                        else:
-                            for i in range(KH):
-                                for j in range(KW):
-                                    o0, o1, o2, o3, o4, o5 = _offsets(False, xb, org, i * dh, j * dw, H, Wi, 1, sw,
-                                                                      z0, live)
-                                    wt = ((kd * KH + i) * KW + j) * V
-                                    acc = _fma_6x2(a, o0, o1, o2, o3, o4, o5, vload(a, wb0 + wt, L),
-                                                   vload(a, wb1 + wt, L), acc, L)
-                _put_tile(ya, y0, y_plain, n, ob0, ob1, two, od * P + q0, live, K, OD * P, OCB,
-                          vload(a, bias0 + ob0 * V, L), vload(a, bias0 + ob1 * V, L), acc, ep, ra, L)
+                                for j in range(j_lo, j_hi):
+                                    xv = vbcast(a, xr + j * dw, L)
+                                    a0 = vfma(xv, vload(a, wb0 + wr + j * V, L), a0)
+                                    a1 = vfma(xv, vload(a, wb1 + wr + j * V, L), a1)
+                    z = vzero(L)
+                    _put_tile(ya, y0, y_plain, n, ob0, ob1, two, od * P + oh * OW + ow, 1, K, OD * P, OCB,
+                              vload(a, bias0 + ob0 * V, L), vload(a, bias0 + ob1 * V, L),
+                              (a0, a1, z, z, z, z, z, z, z, z, z, z), ep, ra, L)
 
 
 # --- one block of channels at a time, a row of output pixels at a time: pool, depthwise -------
@@ -754,10 +816,14 @@ def pack_depthwise(w, b, a, p0, L):
 
 def rows_per_item(g, lanes: int, threads: int) -> int:
     """Output rows per work item of depthwise and pool (items: image, channel block, output
-    plane, run of rows; g lifted to 2-D at least): about 512 pixels, fewer where the items
-    would not give every thread 4."""
-    outer = g.x_shape[0] * -(-g.x_shape[1] // lanes) * prod(g.y_shape[2:-2])
-    oh, ow = g.y_shape[-2], g.y_shape[-1]
+    plane, run of rows; g lifted to 2-D at least)."""
+    return _rows_for(g.x_shape[0] * -(-g.x_shape[1] // lanes) * prod(g.y_shape[2:-2]), g.y_shape[-2],
+                     g.y_shape[-1], threads)
+
+
+def _rows_for(outer: int, oh: int, ow: int, threads: int) -> int:
+    """Rows of ow pixels per work item, `outer` items to each run of rows: about 512 pixels,
+    fewer where the items would not give every thread 4."""
     rows = max(1, min(oh, 512 // ow))
     while rows > 1 and outer * ceil(oh / rows) < 4 * threads:
         rows = ceil(rows / 2)
