@@ -18,8 +18,6 @@ argument measured 60 ms per call: each call retries the non-literal compile firs
     vload_tail(a, i, n, W)  lanes < n from a[i:], the rest 0    (one scalar load per live lane)
     vstore(a, i, v)         a[i:i+W] = v
     vstore_tail(a, i, v, n) a[i:i+n] = v[:n]
-    prefetch(a, i)          the cache line of a[i] fetched ahead (a hint: never faults, even
-                            past the array's end)                (llvm.prefetch, prefetcht0)
     vsplat(x, W)            x in every lane                     (insertelement + shufflevector)
     vbcast(a, i, W)         a[i] in every lane                  (vbroadcastss from memory)
     vtranspose(a, .., b, ..) a W x W block of a, transposed to b (log2(W) stages of shufflevector)
@@ -180,21 +178,6 @@ def vstore(typingctx, a, i, v):
         builder.store(args[2], builder.bitcast(ptr, ir.VectorType(_F32, W).as_pointer()), align=4)
         return context.get_dummy_value()
     return types.void(a, i, v), codegen
-
-
-@intrinsic
-def prefetch(typingctx, a, i):
-    if not _is_f32_array(a):
-        return None
-
-    def codegen(context, builder, sig, args):
-        ptr = _element_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [ptr.type, _I32, _I32, _I32]),
-                                            "llvm.prefetch.p0")
-        # read, keep in all cache levels (locality 3), data cache
-        builder.call(fn, [ptr, ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
-        return context.get_dummy_value()
-    return types.void(a, i), codegen
 
 
 @intrinsic
