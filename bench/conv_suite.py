@@ -103,20 +103,21 @@ def sgemm_gflops(threads):
     return 2 * n ** 3 / min(ts) / 1e9
 
 
-def time_blocks(runners, reps, warmup=3, block=5):
+def time_blocks(runners, reps, warmup=3, block=15):
     """Each peer runs in blocks of its own (warm-up, then `block` timed calls), the blocks
     alternating over ceil(reps / block) rounds; the median of all a peer's calls is its time.
     Blocks rather than one call each in turn: PyTorch's OpenMP threads and numba's keep
     spinning for a while after a parallel region, and a peer timed right after the other
-    would pay for that spinning. Short blocks, many rounds: this machine's speed drifts by
-    up to 40% for minutes at a time (both peers alike: a noisy neighbour), and two long
-    blocks could each land in a different phase."""
+    would pay for that spinning. This machine's speed drifts by up to 40% for minutes at a
+    time (both peers alike: a noisy neighbour), so more rounds of shorter blocks would be
+    fairer, but blocks of 5 calls doubled onnxruntime's single-image times in the suite
+    (its first calls after an idle spell are slow): 15 calls, reps / 15 rounds."""
     samples = {k: [] for k in runners}
     passes = max(1, -(-reps // block))
-    for p in range(passes):
+    for _ in range(passes):
         for k, fn in runners.items():
             time.sleep(0.1)   # let the last peer's pool threads go to sleep
-            for _ in range(warmup if p == 0 else 1):
+            for _ in range(warmup):
                 fn()
             for _ in range(min(block, reps)):
                 t0 = time.perf_counter()
