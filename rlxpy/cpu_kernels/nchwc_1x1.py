@@ -11,7 +11,7 @@ tiles. A lone last block takes a 6 x 1 tile. Measured on MobileNetV2's pointwise
 (batch 8, AVX2, 2 cores, one kernel called directly): 117-181 GFLOP/s against
 nchwc_direct's 50-71 (onnxruntime's own: 104-170 on the same shapes, in one process).
 
-The weights are nchwc.pack's [out block, in block, 1, 1, V in, V out] (one group), then
+The weights are nchwc.pack's [out block, 1, 1, in block, V in, V out] (one group), then
 the bias and V zeros; the tile store, bias and fused epilogue are nchwc's.
 """
 from __future__ import annotations
