@@ -23,7 +23,7 @@ import numpy as np
 from numba import prange
 
 from .jit import inlined, parallel_kernel
-from .im2col import padded_taps
+from .im2col import padded_taps, valid_range
 from .simd import (nlanes, vadd, vbcast, vfma, vload, vmax, vmin, vmul, vsplat, vstore, vstore_columns, vstore_tail,
                    vtranspose, vzero)
 
@@ -546,15 +546,6 @@ def pack_plain_in(w, b, a, p0, L):
 
 
 @inlined
-def _valid_taps(i0, H, KH, dh):
-    """The taps [lo, hi) of a window starting at i0 (steps of dh) that are inside [0, H)."""
-    lo = 0 if i0 >= 0 else min(KH, (dh - 1 - i0) // dh)
-    last = H - 1 - i0
-    hi = min(KH, last // dh + 1) if last >= 0 else 0
-    return lo, max(lo, hi)
-
-
-@inlined
 def _pair_blocks(pr, OCB):
     """Pair pr's first output block, whether it has a second, and the second (the first
     again when it has none: computed twice, stored once)."""
@@ -592,7 +583,7 @@ def conv_plain_in(a, x0, p0, ya, y0, y_plain, K, N, C, D, H, Wi, OD, OH, OW, KD,
         n = it // (runs * OD)
         for oh in range(rc * rows, min(OH, rc * rows + rows)):
             ih0 = oh * sh - ph
-            i_lo, i_hi = _valid_taps(ih0, H, KH, dh)
+            i_lo, i_hi = valid_range(KH, H, ih0, dh)      # the kernel rows inside x
             for q in range(ow_lo, ow_hi, TP):
                 live = min(TP, ow_hi - q)
                 s1, s2, s3, s4, s5 = _row_steps(live, sw)
@@ -633,7 +624,7 @@ def conv_plain_in(a, x0, p0, ya, y0, y_plain, K, N, C, D, H, Wi, OD, OH, OW, KD,
             for b in range(OW - (ow_hi - ow_lo)):        # the border columns, left then right
                 ow = b if b < ow_lo else ow_hi + b - ow_lo
                 iw0 = ow * sw - pw
-                j_lo, j_hi = _valid_taps(iw0, Wi, KW, dw)
+                j_lo, j_hi = valid_range(KW, Wi, iw0, dw)
                 for pr in range(pairs):
                     ob0, two, ob1 = _pair_blocks(pr, OCB)
                     a0 = vzero(L)
