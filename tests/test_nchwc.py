@@ -447,18 +447,43 @@ def test_rlx_winograd_f4_flag():
         rx.Config(winograd="f3")
 
 
-def test_winograd_f4_splits_output_channels_on_small_images():
-    """A 7x7 plane has 4 tiles: one tile block per image, so the output channels are split
-    over work items to keep both workers busy; the result does not depend on the split."""
+@pytest.mark.parametrize("split", [(6, 1), (6, 3), (12, 2), (18, 1), (18, 5)])
+def test_winograd_f4_any_work_split_gives_the_same_sums(split, monkeypatch):
+    """Blocks of 6, 12 or 18 tiles (a 15x13 plane has 16: partial blocks) times 1 to 5
+    output-channel groups (80 channels: 5 pairs at 8 lanes, a lone block at 16) over a
+    batch of 2: every cut against the reference kernel."""
+    from rlxpy.cpu_kernels import winograd_f4
+    monkeypatch.setattr(winograd_f4, "work_split", lambda g, lanes, threads: split)
     rng = np.random.default_rng(54)
     g = rx.Graph()
-    x = g.input("x", (1, 48, 7, 7))
-    g.output("y", g.conv(x, g.param("w", rand(rng, 80, 48, 3, 3, scale=0.1)), padding=1))
-    exe = rx.compile(g, rx.Config(winograd="f4"))
-    th = main_thunk(exe)
-    assert th.algo == "winograd_f4" and th.tiling.k_blocks == (1 if exe.threads == 1 else th.tiling.k_blocks)
-    xv = rand(rng, 1, 48, 7, 7)
-    assert_close(exe.run({"x": xv})["y"], rx.compile(g, REFERENCE).run({"x": xv})["y"], F4_TOL)
+    x = g.input("x", (2, 24, 15, 13))
+    g.output("y", g.conv(x, g.param("w", rand(rng, 80, 24, 3, 3, scale=0.1)), padding=1))
+    xv = rand(rng, 2, 24, 15, 13)
+    want = rx.compile(g, REFERENCE).run({"x": xv})["y"]
+    for width in WIDTHS:
+        exe = rx.compile(g, rx.Config(winograd="f4", simd_width=width))
+        th = main_thunk(exe)
+        assert (th.algo, th.tiling.tile, th.tiling.k_blocks) == ("winograd_f4",) + split, exe.explain()
+        assert f"{split[0]} tiles x {split[1]} output-channel group" in th.why
+        assert_close(exe.run({"x": xv})["y"], want, F4_TOL, f"split {split} width {width}")
+
+
+def test_winograd_f4_work_split_keeps_both_workers_busy():
+    """Small planes split the output channels (both workers busy, each reading its half of
+    U); 16 tiles (256 channels at 14x14) stay one block, so U is read once; one worker never
+    splits (it would only repeat the input transform)."""
+    from types import SimpleNamespace
+    from rlxpy.cpu_kernels import winograd_f4
+    def geo(n, c, hw):
+        return SimpleNamespace(x_shape=(n, c, hw, hw), y_shape=(n, c, hw, hw))
+    for c, hw in ((512, 7), (256, 14), (128, 28)):
+        tb, kg = winograd_f4.work_split(geo(1, c, hw), 8, 2)
+        tiles = -(-hw // 4) ** 2
+        assert tb >= tiles or -(-tiles // tb) % 2 == 0, (c, hw, tb, kg)   # no worker idles on a lone block
+        assert kg % 2 == 0 or -(-tiles // tb) % 2 == 0, (c, hw, tb, kg)
+    assert winograd_f4.work_split(geo(1, 256, 14), 8, 2)[0] == 18
+    for c, hw in ((512, 7), (256, 14), (64, 56)):
+        assert winograd_f4.work_split(geo(1, c, hw), 8, 1)[1] == 1
 
 
 TRANSPOSED_CASES = [c for c in cases("fast") if c.op in ("conv_transpose2d", "conv_transpose3d", "conv2d_backward_input")]

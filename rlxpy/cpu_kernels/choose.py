@@ -148,10 +148,11 @@ def depthwise_choice(g: ConvGeometry, ctx: ChoiceContext, why: str, passed=()) -
 
 def winograd_f4_choice(g: ConvGeometry, ctx: ChoiceContext, why: str, roles=("x", "y")) -> Choice:
     lanes = _lanes(ctx)
-    return _capped(Choice("winograd_f4", f"{why} (F(4x4,3x3) on NCHW{lanes}c, {winograd_f4.TILES} tiles a work item)",
-                          ctx.threads * 4 * winograd_f4.slot_floats(g, lanes), 4 * winograd_f4.packed_floats(g, lanes),
-                          Tiling(tile=winograd_f4.TILES, k_blocks=winograd_f4.k_groups(g, lanes, ctx.threads),
-                                 lanes=lanes),
+    tb, kg = winograd_f4.work_split(g, lanes, ctx.threads)
+    return _capped(Choice("winograd_f4", f"{why} (F(4x4,3x3) on NCHW{lanes}c, {tb} tiles x {kg} output-channel "
+                                         f"group{'s' if kg > 1 else ''} a work item)",
+                          ctx.threads * 4 * winograd_f4.slot_floats(g, lanes, tb),
+                          4 * winograd_f4.packed_floats(g, lanes), Tiling(tile=tb, k_blocks=kg, lanes=lanes),
                           ((roles[0], blocked(lanes)), (roles[1], blocked(lanes))), plain_ok=(roles[1],)))
 
 

@@ -424,7 +424,7 @@ def conv_winograd_f4(t, arena):
     (c, h, wi), (k, oh, ow) = g.x_shape[1:], g.y_shape[1:]
     args = (arena, t.off("x") // 4, t.persistent_off // 4, arena, t.off("y") // 4, t.layout("y") == PLAIN, k,
             g.x_shape[0], c, h, wi, oh, ow, *g.pad_begin, t.scratch_off // 4, slot_floats(t, _threads()),
-            t.tiling.k_blocks, simd.lanes(t.tiling.lanes))
+            t.tiling.tile, t.tiling.k_blocks, simd.lanes(t.tiling.lanes))
     return with_weights(winograd_f4.conv, args, t, winograd_f4.pack, _f4_pack_args(t, arena))
 
 
@@ -442,7 +442,7 @@ def _transposed_f4(t, arena):
     (c, h, wi), (k, oh, ow) = g.x_shape[1:], g.y_shape[1:]
     args = (arena, t.off(x_role) // 4, t.persistent_off // 4, arena, t.off(y_role) // 4, t.layout(y_role) == PLAIN,
             k, g.x_shape[0], c, h, wi, oh, ow, *g.pad_begin, t.scratch_off // 4, slot_floats(t, _threads()),
-            t.tiling.k_blocks, simd.lanes(t.tiling.lanes))
+            t.tiling.tile, t.tiling.k_blocks, simd.lanes(t.tiling.lanes))
     return args, (w, bias, arena, t.persistent_off // 4, simd.lanes(t.tiling.lanes))
 
 
