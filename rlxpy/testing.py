@@ -161,6 +161,9 @@ CASES: Tuple[Case, ...] = (
     conv(2, 8, (11, 11), 8, (3, 3), padding=1, groups=8, bias=True, tags=(F,)),  # depthwise
     conv(1, 16, (15, 14), 16, (5, 5), stride=2, padding=2, groups=16, tags=(F,)),
     conv(2, 6, (13, 12), 6, (3, 3), padding=2, dilation=2, groups=6, bias=True, tags=(F,)),
+    conv(1, 12, (9, 10), 12, (3, 3), stride=2, padding=((1, 0), (2, 1)), groups=12, bias=True,
+         tags=(F,)),                                                             # depthwise 3x3 s2, asymmetric
+    conv(2, 5, (2, 7), 5, (3, 3), stride=(1, 4), padding=(3, 1), groups=5, tags=(F,)),  # rows with no tap in x
     conv(1, 1, (9, 9), 4, (3, 3), tags=(F,)),                                  # C = 1
     conv(2, 1, (10, 9), 3, (2, 3), stride=2, padding=1, bias=True, tags=(F,)),
     conv(2, 2, (8, 8), 6, (3, 3), padding=1, groups=2, bias=True, tags=(F,)),  # channel multiplier 3
@@ -210,6 +213,8 @@ CASES: Tuple[Case, ...] = (
     conv(1, 3, (6, 7, 5), 10, (3, 3, 2), stride=2, padding=(1, 1, 0), bias=True, tags=(F,)),   # few input channels
     conv(2, 11, (5, 6, 6), 11, (3, 3, 3), stride=(2, 1, 1), padding=(2, 1, 1), dilation=(2, 1, 1), groups=11,
          tags=(F,)),                                                             # depthwise
+    conv(1, 9, (3, 6, 5), 9, (1, 3, 3), stride=(2, 1, 1), padding=(0, 1, 1), groups=9, bias=True,
+         tags=(F,)),                                                             # depthwise 1x3x3
     conv_transpose(1, 12, (4, 5, 3), 9, (3, 3, 2), padding=(1, 1, 0), bias=True, tags=(F,)),    # stride 1: a conv
     conv_transpose(3, 4, (5, 6), 3, (3, 4), stride=(2, 3), padding=((1, 0), (2, 1)), output_padding=(1, 2),
                    groups=2, bias=True, tags=(F,)),
