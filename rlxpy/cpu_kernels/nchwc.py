@@ -869,18 +869,24 @@ def _taps9(a, wb, T, L):
 
 
 @inlined
+def _tap_6(a, o, s1, s2, s3, s4, s5, w, r0, r1, r2, r3, r4, r5, L):
+    """One tap of a depthwise tile: x at o, o + s1, ... o + s5 (6 pixels) times the tap's
+    weight vector w, into the 6 accumulators."""
+    r0 = vfma(vload(a, o, L), w, r0)
+    r1 = vfma(vload(a, o + s1, L), w, r1)
+    r2 = vfma(vload(a, o + s2, L), w, r2)
+    r3 = vfma(vload(a, o + s3, L), w, r3)
+    r4 = vfma(vload(a, o + s4, L), w, r4)
+    return r0, r1, r2, r3, r4, vfma(vload(a, o + s5, L), w, r5)
+
+
+@inlined
 def _dw3x3_row(a, o, cs, s1, s2, s3, s4, s5, w0, w1, w2, r0, r1, r2, r3, r4, r5, L):
     """One kernel row of a 3x3 depthwise tile: taps at o, o + cs, o + 2 cs for the pixels at
     offsets 0, s1, ... s5."""
     for j in range(3):
-        w = w0 if j == 0 else (w1 if j == 1 else w2)
-        oj = o + j * cs
-        r0 = vfma(vload(a, oj, L), w, r0)
-        r1 = vfma(vload(a, oj + s1, L), w, r1)
-        r2 = vfma(vload(a, oj + s2, L), w, r2)
-        r3 = vfma(vload(a, oj + s3, L), w, r3)
-        r4 = vfma(vload(a, oj + s4, L), w, r4)
-        r5 = vfma(vload(a, oj + s5, L), w, r5)
+        r0, r1, r2, r3, r4, r5 = _tap_6(a, o + j * cs, s1, s2, s3, s4, s5, w0 if j == 0 else (w1 if j == 1 else w2),
+                                        r0, r1, r2, r3, r4, r5, L)
     return r0, r1, r2, r3, r4, r5
 
 
@@ -1000,14 +1006,8 @@ def depthwise(a, x0, p0, ya, y0, y_plain, C, N, D, H, Wi, OD, OH, OW, KD, KH, KW
                         o = xplane + ((idp * H + ih) * Wi + ow * sw - pw) * V
                         wt = wb + (kd * KH + i) * KW * V
                         for j in range(KW):
-                            w = vload(a, wt + j * V, L)
-                            oj = o + j * dw * V
-                            r0 = vfma(vload(a, oj, L), w, r0)
-                            r1 = vfma(vload(a, oj + s1, L), w, r1)
-                            r2 = vfma(vload(a, oj + s2, L), w, r2)
-                            r3 = vfma(vload(a, oj + s3, L), w, r3)
-                            r4 = vfma(vload(a, oj + s4, L), w, r4)
-                            r5 = vfma(vload(a, oj + s5, L), w, r5)
+                            r0, r1, r2, r3, r4, r5 = _tap_6(a, o + j * dw * V, s1, s2, s3, s4, s5,
+                                                            vload(a, wt + j * V, L), r0, r1, r2, r3, r4, r5, L)
                 _put_block(ya, y0, y_plain, n, cb, CB, C, OD * P, q_row + ow, live, r0, r1, r2, r3, r4, r5, ep, ra, L)
             for ow in range(ow_hi, OW):
                 v = _dw_pixel(a, xplane, wb, bias, od, ih0, ow * sw - pw, D, H, Wi, KD, KH, KW, sd, pd, dd, dh, dw, L)
