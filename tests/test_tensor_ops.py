@@ -93,10 +93,11 @@ def test_op_matches_pytorch(name, config):
 
 @pytest.mark.parametrize("width", [16, 8])
 @pytest.mark.parametrize("rows, cols, k", [(8, 1000, 37), (130, 3, 37), (1, 1, 5), (200, 70, 37), (1, 33, 64),
-                                           (3, 20, 19), (16, 9, 40), (17, 9, 40)])
+                                           (1, 30, 37), (3, 20, 19), (16, 9, 40), (17, 9, 40)])
 def test_linear_kernels_cover_every_row_and_column_once(monkeypatch, rows, cols, k, width):
     """The fast linears against numpy: vector dot products up to DOT_ROWS rows (one row
-    split in quarters, rows in fours with a missing 4th, feature tails past the vectors),
+    against 4 weight rows at a time, an item's last columns with the row split in quarters,
+    rows in fours with a missing 4th, feature tails past the vectors),
     SGEMMs over blocks of rows x blocks of columns above; with a bias."""
     from rlxpy.cpu_kernels import simd, tensor_dispatch
     real = simd.host_widths()

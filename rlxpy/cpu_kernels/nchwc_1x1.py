@@ -84,6 +84,50 @@ def _tile_pixels(q0, live, contiguous, OW, Wi, sh, sw, V):
     return _pixel_offsets(_origins(oh, q0 - oh * OW, live, OW, sh, sw, 0, 0), Wi, V)
 
 
+@inlined
+def _tile(a, xn, p0, ya, y0, y_plain, n, pr, q0, q1, chunk, K, P, HW, OW, Wi, sh, sw, CB, OCB, bias0, contiguous,
+          ep, ra, L):
+    """The 6-pixel tile from q0 (within the run from q1) through output pair pr, over all of C."""
+    V = nlanes(L)
+    live = min(TP, P - q0, q1 + chunk - q0)
+    d0, d1, d2, d3, d4, d5 = _tile_pixels(q0, live, contiguous, OW, Wi, sh, sw, V)
+    ob0 = 2 * pr
+    if ob0 + 1 < OCB:
+        acc = _zeros12(L)
+        if contiguous and live == TP:
+            # the 6 pixels V floats apart: constants the broadcasts take as displacements from
+            # one register (the general path holds 6 pixel offsets)
+            for ib in range(CB):
+                xb = xn + ib * HW * V + d0
+                w0 = p0 + (ob0 * CB + ib) * V * V
+                w1 = w0 + CB * V * V
+                for ci in range(V):
+                    acc = _fma_6x2(a, xb + ci, xb + V + ci, xb + 2 * V + ci, xb + 3 * V + ci, xb + 4 * V + ci,
+                                   xb + 5 * V + ci, vload(a, w0 + ci * V, L), vload(a, w1 + ci * V, L), acc, L)
+        else:
+            for ib in range(CB):
+                xb = xn + ib * HW * V
+                w0 = p0 + (ob0 * CB + ib) * V * V
+                w1 = w0 + CB * V * V
+                for ci in range(V):
+                    acc = _fma_6x2(a, xb + d0 + ci, xb + d1 + ci, xb + d2 + ci, xb + d3 + ci, xb + d4 + ci,
+                                   xb + d5 + ci, vload(a, w0 + ci * V, L), vload(a, w1 + ci * V, L), acc, L)
+        _put_tile(ya, y0, y_plain, n, ob0, ob0 + 1, True, q0, live, K, P, OCB,
+                  vload(a, bias0 + ob0 * V, L), vload(a, bias0 + (ob0 + 1) * V, L), acc, ep, ra, L)
+    else:
+        z = vzero(L)
+        acc6 = (z, z, z, z, z, z)
+        for ib in range(CB):
+            xb = xn + ib * HW * V
+            w0 = p0 + (ob0 * CB + ib) * V * V
+            for ci in range(V):
+                acc6 = _fma_6x1(a, xb + d0 + ci, xb + d1 + ci, xb + d2 + ci, xb + d3 + ci, xb + d4 + ci,
+                                xb + d5 + ci, vload(a, w0 + ci * V, L), acc6, L)
+        bv = vload(a, bias0 + ob0 * V, L)
+        _put_block(ya, y0, y_plain, n, ob0, OCB, K, P, q0, live, vadd(acc6[0], bv), vadd(acc6[1], bv),
+                   vadd(acc6[2], bv), vadd(acc6[3], bv), vadd(acc6[4], bv), vadd(acc6[5], bv), ep, ra, L)
+
+
 @parallel_kernel
 def conv1x1(a, x0, p0, ya, y0, y_plain, K, N, H, Wi, OH, OW, sh, sw, CB, OCB, chunk, gpairs, epi, L):
     """y (in ya at y0: blocked, or plain [N, K, OH, OW] when y_plain) = the 1x1 conv of x
@@ -115,38 +159,13 @@ def conv1x1(a, x0, p0, ya, y0, y_plain, K, N, H, Wi, OH, OW, sh, sw, CB, OCB, ch
         # writing y in long runs per block (24 -> 144 @56: 4% faster); else each tile goes
         # through every pair while it is in L1 (64 -> 128 @56 stride 2: 11% faster)
         pairs_outer = contiguous and chunk * CB * V * 4 <= X_RUN_BYTES
-        for j in range(nt * npr):
-            if pairs_outer:
-                pr = j // nt
-                q0 = q1 + (j - pr * nt) * TP
-            else:
-                t = j // npr
-                pr = j - t * npr
-                q0 = q1 + t * TP
-            pr += pr0
-            live = min(TP, P - q0, q1 + chunk - q0)
-            d0, d1, d2, d3, d4, d5 = _tile_pixels(q0, live, contiguous, OW, Wi, sh, sw, V)
-            ob0 = 2 * pr
-            if ob0 + 1 < OCB:
-                acc = _zeros12(L)
-                for ib in range(CB):
-                    xb = xn + ib * HW * V
-                    w0 = p0 + (ob0 * CB + ib) * V * V
-                    w1 = w0 + CB * V * V
-                    for ci in range(V):
-                        acc = _fma_6x2(a, xb + d0 + ci, xb + d1 + ci, xb + d2 + ci, xb + d3 + ci, xb + d4 + ci,
-                                       xb + d5 + ci, vload(a, w0 + ci * V, L), vload(a, w1 + ci * V, L), acc, L)
-                _put_tile(ya, y0, y_plain, n, ob0, ob0 + 1, True, q0, live, K, P, OCB,
-                          vload(a, bias0 + ob0 * V, L), vload(a, bias0 + (ob0 + 1) * V, L), acc, ep, ra, L)
-            else:
-                z = vzero(L)
-                acc6 = (z, z, z, z, z, z)
-                for ib in range(CB):
-                    xb = xn + ib * HW * V
-                    w0 = p0 + (ob0 * CB + ib) * V * V
-                    for ci in range(V):
-                        acc6 = _fma_6x1(a, xb + d0 + ci, xb + d1 + ci, xb + d2 + ci, xb + d3 + ci, xb + d4 + ci,
-                                        xb + d5 + ci, vload(a, w0 + ci * V, L), acc6, L)
-                bv = vload(a, bias0 + ob0 * V, L)
-                _put_block(ya, y0, y_plain, n, ob0, OCB, K, P, q0, live, vadd(acc6[0], bv), vadd(acc6[1], bv),
-                           vadd(acc6[2], bv), vadd(acc6[3], bv), vadd(acc6[4], bv), vadd(acc6[5], bv), ep, ra, L)
+        if pairs_outer:
+            for pr in range(pr0, pr0 + npr):
+                for t in range(nt):
+                    _tile(a, xn, p0, ya, y0, y_plain, n, pr, q1 + t * TP, q1, chunk, K, P, HW, OW, Wi, sh, sw,
+                          CB, OCB, bias0, contiguous, ep, ra, L)
+        else:
+            for t in range(nt):
+                for pr in range(pr0, pr0 + npr):
+                    _tile(a, xn, p0, ya, y0, y_plain, n, pr, q1 + t * TP, q1, chunk, K, P, HW, OW, Wi, sh, sw,
+                          CB, OCB, bias0, contiguous, ep, ra, L)

@@ -328,9 +328,23 @@ def _dot4(x, w, xo0, xo1, xo2, xo3, wo0, wo1, wo2, wo3, k, L):
 def linear_dot(x, w, b, y, rows, k, o, per, L):
     """y[rows, o] = x[rows, k] @ w[o, k].T (+ b) for a few rows: per output column, the
     weight row (contiguous) read once for 4 rows at a time (a missing 4th row repeats the
-    last, its sum not stored). Work items: runs of `per` columns."""
+    last, its sum not stored). One row goes against 4 weight rows at a time (20 KB read in
+    one sweep: MobileNetV2's 1280 -> 1000 head, weights from memory, 0.20 -> 0.12 ms on
+    Zen3; one weight row split in 4 streams before), an item's last columns one at a
+    time with the row in quarters. Work items: runs of `per` columns."""
     for it in prange((o + per - 1) // per):
-        for c in range(it * per, min(o, (it + 1) * per)):
+        c_end = min(o, (it + 1) * per)
+        c_four = it * per
+        if rows == 1:               # one row: 4 weight rows at a time against it, x loaded once
+            while c_four + 4 <= c_end:
+                wo = c_four * k
+                s0, s1, s2, s3 = _dot4(x, w, 0, 0, 0, 0, wo, wo + k, wo + 2 * k, wo + 3 * k, k, L)
+                y[c_four] = s0 + (b[c_four] if b.size > 0 else np.float32(0.0))
+                y[c_four + 1] = s1 + (b[c_four + 1] if b.size > 0 else np.float32(0.0))
+                y[c_four + 2] = s2 + (b[c_four + 2] if b.size > 0 else np.float32(0.0))
+                y[c_four + 3] = s3 + (b[c_four + 3] if b.size > 0 else np.float32(0.0))
+                c_four += 4
+        for c in range(c_four, c_end):
             bias = b[c] if b.size > 0 else np.float32(0.0)
             if rows == 1:           # one row: its 4 quarters as the 4 streams (the same sum, reordered)
                 q, wo = k // 4, c * k
