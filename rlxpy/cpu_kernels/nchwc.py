@@ -563,7 +563,8 @@ def conv_plain_in(a, x0, p0, ya, y0, y_plain, K, N, C, D, H, Wi, OD, OH, OW, KD,
     rows). A row's interior columns (every tap inside x in width) run in tiles of 6 pixels,
     each tile through every pair of output blocks while its x is in L1, over the row's table
     of taps inside x (offsets of x and of the weights, made once a row); its border columns
-    run a pixel at a time over their taps inside x. No tap
+    run a pixel at a time over their taps inside x, even and odd kernel columns in separate
+    sums (the latency of one chain of FMAs held the UNet's 3 -> 16 @64 at twice its time). No tap
     is tested inside a tile and no FMA multiplies padding (tiles cut across rows, with every
     tap of a tile at a border tested, held the ResNet stem at 1.84 ms; 1.35 by rows).
     epi: the fused epilogue, as conv's."""
@@ -610,12 +611,17 @@ def conv_plain_in(a, x0, p0, ya, y0, y_plain, K, N, C, D, H, Wi, OD, OH, OW, KD,
                     wb0 = p0 + ob0 * C * T * V
                     wb1 = p0 + ob1 * C * T * V
                     acc = _zeros12(L)
+                    # a full tile at stride 2 or 1: the 6 pixels' offsets as constants the loads
+                    # take as displacements (5% on the RGB stems)
                     if live == TP and sw == 2:
-                        # the stems' common case: the 6 pixels 2 floats apart, as constants the
-                        # loads take as displacements (5% on the RGB stems)
                         for t in range(m):
                             xo = xb + x_tap[t]
                             acc = _fma_6x2(a, xo, xo + 2, xo + 4, xo + 6, xo + 8, xo + 10,
+                                           vload(a, wb0 + w_tap[t], L), vload(a, wb1 + w_tap[t], L), acc, L)
+                    elif live == TP and sw == 1:
+                        for t in range(m):
+                            xo = xb + x_tap[t]
+                            acc = _fma_6x2(a, xo, xo + 1, xo + 2, xo + 3, xo + 4, xo + 5,
                                            vload(a, wb0 + w_tap[t], L), vload(a, wb1 + w_tap[t], L), acc, L)
                     else:
                         for t in range(m):
@@ -630,8 +636,12 @@ def conv_plain_in(a, x0, p0, ya, y0, y_plain, K, N, C, D, H, Wi, OD, OH, OW, KD,
                 j_lo, j_hi = valid_range(KW, Wi, iw0, dw)
                 for pr in range(pairs):
                     ob0, two, ob1 = _pair_blocks(pr, OCB)
+                    # the even and odd kernel columns into separate sums: 4 chains of FMAs, not
+                    # 2 waiting on each other's latency
                     a0 = vzero(L)
                     a1 = vzero(L)
+                    a2 = vzero(L)
+                    a3 = vzero(L)
                     for c in range(C):
                         wb0 = p0 + (ob0 * C + c) * T * V
                         wb1 = p0 + (ob1 * C + c) * T * V
@@ -643,14 +653,22 @@ def conv_plain_in(a, x0, p0, ya, y0, y_plain, K, N, C, D, H, Wi, OD, OH, OW, KD,
                             for i in range(i_lo, i_hi):
                                 xr = xb + (ih0 + i * dh) * Wi + iw0
                                 wr = ((kd * KH + i) * KW) * V
-                                for j in range(j_lo, j_hi):
+                                for j in range(j_lo, j_hi - 1, 2):
+                                    xv = vbcast(a, xr + j * dw, L)
+                                    a0 = vfma(xv, vload(a, wb0 + wr + j * V, L), a0)
+                                    a1 = vfma(xv, vload(a, wb1 + wr + j * V, L), a1)
+                                    xv = vbcast(a, xr + (j + 1) * dw, L)
+                                    a2 = vfma(xv, vload(a, wb0 + wr + (j + 1) * V, L), a2)
+                                    a3 = vfma(xv, vload(a, wb1 + wr + (j + 1) * V, L), a3)
+                                if (j_hi - j_lo) % 2 == 1:
+                                    j = j_hi - 1
                                     xv = vbcast(a, xr + j * dw, L)
                                     a0 = vfma(xv, vload(a, wb0 + wr + j * V, L), a0)
                                     a1 = vfma(xv, vload(a, wb1 + wr + j * V, L), a1)
                     z = vzero(L)
                     _put_tile(ya, y0, y_plain, n, ob0, ob1, two, od * P + oh * OW + ow, 1, K, OD * P, OCB,
                               vload(a, bias0 + ob0 * V, L), vload(a, bias0 + ob1 * V, L),
-                              (a0, a1, z, z, z, z, z, z, z, z, z, z), ep, ra, L)
+                              (vadd(a0, a2), vadd(a1, a3), z, z, z, z, z, z, z, z, z, z), ep, ra, L)
 
 
 # --- one block of channels at a time, a row of output pixels at a time: pool, depthwise -------
