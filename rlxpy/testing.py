@@ -163,6 +163,7 @@ CASES: Tuple[Case, ...] = (
     conv(2, 6, (13, 12), 6, (3, 3), padding=2, dilation=2, groups=6, bias=True, tags=(F,)),
     conv(1, 12, (9, 10), 12, (3, 3), stride=2, padding=((1, 0), (2, 1)), groups=12, bias=True,
          tags=(F,)),                                                             # depthwise 3x3 s2, asymmetric
+    conv(2, 20, (9, 17), 20, (3, 3), stride=2, padding=1, groups=20, bias=True, tags=(F,)),  # dw s2 full tiles
     conv(2, 5, (2, 7), 5, (3, 3), stride=(1, 4), padding=(3, 1), groups=5, tags=(F,)),  # rows with no tap in x
     conv(1, 1, (9, 9), 4, (3, 3), tags=(F,)),                                  # C = 1
     conv(2, 1, (10, 9), 3, (2, 3), stride=2, padding=1, bias=True, tags=(F,)),
