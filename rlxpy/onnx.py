@@ -50,13 +50,33 @@ class OnnxImportError(ValueError):
 
 
 def load(model, name: Optional[str] = None) -> Graph:
-    """An ONNX model (a path or an onnx.ModelProto) as an rlxpy Graph."""
+    """An ONNX model (a path, an onnx.ModelProto, or the model's serialized bytes, as
+    onnxruntime.InferenceSession takes them) as an rlxpy Graph."""
     import onnx
     if isinstance(model, (str, os.PathLike)):
         model = onnx.load(os.fspath(model))
+    elif isinstance(model, (bytes, bytearray, memoryview)):
+        model = _from_bytes(bytes(model))
     if not isinstance(model, onnx.ModelProto):
-        raise TypeError(f"rlxpy.onnx.load takes a path or an onnx.ModelProto, got {type(model).__name__}")
+        raise TypeError(f"rlxpy.onnx.load takes a path, an onnx.ModelProto or the model's bytes, "
+                        f"got {type(model).__name__}")
     return _Importer(model).run()
+
+
+def _from_bytes(data: bytes):
+    """A serialized ModelProto parsed; bytes that are not one (protobuf parses many byte
+    strings as an empty or partial message) are refused here, not as a missing opset later."""
+    import onnx
+    from google.protobuf.message import DecodeError
+    try:
+        model = onnx.load_from_string(data)
+    except DecodeError as e:
+        raise OnnxImportError(f"rlxpy.onnx.load: {len(data)} bytes that are not a serialized ONNX model ({e})") \
+            from None
+    if not model.HasField("graph") or not model.opset_import:
+        raise OnnxImportError(f"rlxpy.onnx.load: {len(data)} bytes that are not a serialized ONNX model "
+                              f"(no graph or no opset import)")
+    return model
 
 
 def _attrs(node) -> dict:

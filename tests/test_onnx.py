@@ -60,6 +60,28 @@ def test_a_model_with_unknown_ops_is_refused_listing_every_one():
         rx.onnx.load(model)
 
 
+def test_a_model_loads_from_its_bytes_as_onnxruntime_takes_it():
+    """rx.onnx.load(bytes) as InferenceSession(bytes): the same graph as from the ModelProto;
+    bytes that are no model are refused by name, not as a missing opset."""
+    from onnx import TensorProto, helper, numpy_helper
+    w = np.arange(6, dtype=np.float32).reshape(2, 3)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    nodes = [helper.make_node("MatMul", ["x", "wt"], ["m"]), helper.make_node("Relu", ["m"], ["y"])]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y], [numpy_helper.from_array(w.T.copy(), "wt")]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    xv = np.array([[1.0, -2.0, 0.5], [-1.0, 0.0, 3.0]], np.float32)
+    for given in (model.SerializeToString(), bytearray(model.SerializeToString())):
+        out = rx.compile(rx.onnx.load(given)).run({"x": xv})["y"]
+        np.testing.assert_allclose(out, np.maximum(xv @ w.T, 0), rtol=1e-6)
+    with pytest.raises(OnnxImportError, match="not a serialized ONNX model"):
+        rx.onnx.load(b"\x08\x07 plainly not a model")
+    with pytest.raises(OnnxImportError, match="not a serialized ONNX model"):
+        rx.onnx.load(b"")
+    with pytest.raises(TypeError, match="a path, an onnx.ModelProto or the model's bytes, got int"):
+        rx.onnx.load(3)
+
+
 def test_an_opset_outside_the_range_is_refused():
     from onnx import TensorProto, helper
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3])
