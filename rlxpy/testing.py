@@ -239,6 +239,8 @@ CASES: Tuple[Case, ...] = (
     pool("max", (3, 5, 12, 11), 3, stride=2, padding=1, ceil_mode=True, tags=(F,)),
     pool("max", (1, 2, 9, 8), 3, stride=1, padding=1, dilation=2, tags=(F,)),
     pool("max", (2, 9, 8, 29), 3, stride=1, padding=1, tags=(F,)),            # rows of several whole tiles
+    pool("max", (2, 9, 7, 29), 3, stride=2, padding=1, tags=(F,)),            # 3-wide s2 windows: whole tiles
+    pool("max", (1, 3, 4, 5, 17), 3, stride=(1, 1, 2), padding=1, tags=(F,)),  # the same in 3-D
     pool("avg", (1, 11, 7, 40), (3, 2), stride=(2, 1), padding=(1, 0), count_include_pad=False, tags=(F,)),
     pool("avg", (3, 5, 12, 11), 3, stride=2, padding=1, ceil_mode=True, count_include_pad=False, tags=(F,)),
     pool("avg", (3, 2, 13), 4, stride=3, padding=2, ceil_mode=True, tags=(F,)),

@@ -228,3 +228,17 @@ def test_dilated_average_pool_matches_onnx_reference(case):
                                            ceil_mode=bool(ceil), count_include_pad=bool(cip)), {"x": x})
     assert out.shape == expected.shape
     assert_close(out, expected, RTOL, str(case))
+
+
+def test_valid_range_is_every_index_inside_the_axis():
+    """im2col.valid_range (the taps or outputs inside x, which every blocked kernel uses for
+    its borders) against counting them one by one, unit step (its no-division path) and
+    larger steps, starts before, inside and past the axis."""
+    from rlxpy.cpu_kernels.im2col import valid_range
+    for step in (1, 2, 3):
+        for W in range(0, 7):
+            for OW in range(0, 6):
+                for start in range(-9, 10):
+                    inside = [o for o in range(OW) if 0 <= o * step + start < W]
+                    lo, hi = valid_range(OW, W, start, step)
+                    assert list(range(lo, hi)) == inside, (OW, W, start, step, lo, hi)

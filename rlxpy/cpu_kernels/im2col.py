@@ -27,6 +27,9 @@ def im2col_naive(x, cols, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw):
 def valid_range(OW, W, start, step):
     """The range [lo, hi) of o in [0, OW) for which 0 <= o*step + start < W (outputs whose
     input, or taps whose position, falls inside an axis of length W)."""
+    if step == 1:       # no integer division (tens of cycles each; kernels call this per row and per pixel)
+        lo = max(0, -start)
+        return lo, max(lo, min(OW, W - start))
     lo = 0 if start >= 0 else (-start + step - 1) // step
     hi = 0 if W - start <= 0 else (W - start + step - 1) // step
     hi = min(hi, OW)

@@ -734,6 +734,36 @@ def _pool_pixel(a, xb, ih0, iw0, win, L):
     return vmul(acc, vsplat(np.float32(1.0) / np.float32(count), L))
 
 
+@inlined
+def _max3s2_tile(a, o, rstep, i_lo, i_hi, planes, dstep, L):
+    """6 output pixels of a max pool whose windows are 3 columns wide at stride 2 (undilated),
+    every column inside x: the 13 input columns they cover, each reduced over the window's
+    rows (and planes) once, then 3 neighbouring columns a pixel. Neighbouring windows share a
+    column, so 39 loads and 38 maxima serve a 3x3 tile where each window alone took 54 of
+    each. vmax's NaN rule makes the order of the maxima immaterial (a NaN anywhere wins)."""
+    V = nlanes(L)
+    c0 = vsplat(-np.inf, L)
+    c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12 = c0, c0, c0, c0, c0, c0, c0, c0, c0, c0, c0, c0
+    for pl in range(planes):
+        for i in range(i_lo, i_hi):
+            q = o + pl * dstep + i * rstep
+            c0 = vmax(vload(a, q, L), c0)
+            c1 = vmax(vload(a, q + V, L), c1)
+            c2 = vmax(vload(a, q + 2 * V, L), c2)
+            c3 = vmax(vload(a, q + 3 * V, L), c3)
+            c4 = vmax(vload(a, q + 4 * V, L), c4)
+            c5 = vmax(vload(a, q + 5 * V, L), c5)
+            c6 = vmax(vload(a, q + 6 * V, L), c6)
+            c7 = vmax(vload(a, q + 7 * V, L), c7)
+            c8 = vmax(vload(a, q + 8 * V, L), c8)
+            c9 = vmax(vload(a, q + 9 * V, L), c9)
+            c10 = vmax(vload(a, q + 10 * V, L), c10)
+            c11 = vmax(vload(a, q + 11 * V, L), c11)
+            c12 = vmax(vload(a, q + 12 * V, L), c12)
+    return (vmax(vmax(c0, c1), c2), vmax(vmax(c2, c3), c4), vmax(vmax(c4, c5), c6), vmax(vmax(c6, c7), c8),
+            vmax(vmax(c8, c9), c10), vmax(vmax(c10, c11), c12))
+
+
 @parallel_kernel
 def pool(a, x0, ya, y0, y_plain, C, N, D, H, Wi, OD, OH, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, ed, eh, ew, dd, dh, dw,
          is_max, count_include_pad, rows, L):
@@ -776,6 +806,13 @@ def pool(a, x0, ya, y0, y_plain, C, N, D, H, Wi, OD, OH, OW, KD, KH, KW, sd, sh,
                 _put_block(ya, y0, y_plain, n, cb, CB, C, OD * P, q_row + ow, 1, v, v, v, v, v, v, no_ep(), ya, L)
             for ow in range(lo, hi, TP):
                 live = min(TP, hi - ow)
+                if is_max and live == TP and KW == 3 and sw == 2 and dw == 1:
+                    # the stem pools' windows: neighbours share a column
+                    r0, r1, r2, r3, r4, r5 = _max3s2_tile(a, xb + (ih0 * Wi + ow * sw - pw) * V, dh * Wi * V,
+                                                          i_lo, i_hi, planes, dstep, L)
+                    _put_block(ya, y0, y_plain, n, cb, CB, C, OD * P, q_row + ow, live, r0, r1, r2, r3, r4, r5,
+                               no_ep(), ya, L)
+                    continue
                 s1, s2, s3, s4, s5 = _row_steps(live, sw * V)
                 r0 = vsplat(-np.inf, L) if is_max else vzero(L)
                 r1, r2, r3, r4, r5 = r0, r0, r0, r0, r0
