@@ -554,6 +554,18 @@ def _pair_blocks(pr, OCB):
     return ob0, two, ob0 + 1 if two else ob0
 
 
+@inlined
+def _tap_table_tile(a, xb, s1, s2, s3, s4, s5, x_tap, w_tap, m, wb0, wb1, acc, L):
+    """A conv_plain_in tile over its row's m taps: x of pixel 0 at xb + x_tap[t], the others
+    s1 .. s5 floats on (constants where the caller passes them: inlined, they fold into the
+    loads), weights at wb0 / wb1 + w_tap[t]."""
+    for t in range(m):
+        xo = xb + x_tap[t]
+        acc = _fma_6x2(a, xo, xo + s1, xo + s2, xo + s3, xo + s4, xo + s5,
+                       vload(a, wb0 + w_tap[t], L), vload(a, wb1 + w_tap[t], L), acc, L)
+    return acc
+
+
 @parallel_kernel
 def conv_plain_in(a, x0, p0, ya, y0, y_plain, K, N, C, D, H, Wi, OD, OH, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw,
                   dd, dh, dw, rows, epi, L):
@@ -614,20 +626,11 @@ def conv_plain_in(a, x0, p0, ya, y0, y_plain, K, N, C, D, H, Wi, OD, OH, OW, KD,
                     # a full tile at stride 2 or 1: the 6 pixels' offsets as constants the loads
                     # take as displacements (5% on the RGB stems)
                     if live == TP and sw == 2:
-                        for t in range(m):
-                            xo = xb + x_tap[t]
-                            acc = _fma_6x2(a, xo, xo + 2, xo + 4, xo + 6, xo + 8, xo + 10,
-                                           vload(a, wb0 + w_tap[t], L), vload(a, wb1 + w_tap[t], L), acc, L)
+                        acc = _tap_table_tile(a, xb, 2, 4, 6, 8, 10, x_tap, w_tap, m, wb0, wb1, acc, L)
                     elif live == TP and sw == 1:
-                        for t in range(m):
-                            xo = xb + x_tap[t]
-                            acc = _fma_6x2(a, xo, xo + 1, xo + 2, xo + 3, xo + 4, xo + 5,
-                                           vload(a, wb0 + w_tap[t], L), vload(a, wb1 + w_tap[t], L), acc, L)
+                        acc = _tap_table_tile(a, xb, 1, 2, 3, 4, 5, x_tap, w_tap, m, wb0, wb1, acc, L)
                     else:
-                        for t in range(m):
-                            xo = xb + x_tap[t]
-                            acc = _fma_6x2(a, xo, xo + s1, xo + s2, xo + s3, xo + s4, xo + s5,
-                                           vload(a, wb0 + w_tap[t], L), vload(a, wb1 + w_tap[t], L), acc, L)
+                        acc = _tap_table_tile(a, xb, s1, s2, s3, s4, s5, x_tap, w_tap, m, wb0, wb1, acc, L)
                     _put_tile(ya, y0, y_plain, n, ob0, ob1, two, od * P + oh * OW + q, live, K, OD * P, OCB,
                               vload(a, bias0 + ob0 * V, L), vload(a, bias0 + ob1 * V, L), acc, ep, ra, L)
             for b in range(OW - (ow_hi - ow_lo)):        # the border columns, left then right
@@ -702,10 +705,9 @@ def _row_steps(live, step):
 @inlined
 def window_taps(ih0, iw0, H, Wi, KH, KW, dh, dw):
     """The taps of a window (origin ih0, iw0) inside x: rows [i_lo, i_hi), columns [j_lo, j_hi)."""
-    if dh == 1 and dw == 1:                       # no integer division (tens of cycles each)
-        return max(0, -ih0), min(KH, H - ih0), max(0, -iw0), min(KW, Wi - iw0)
-    return (max(0, (-ih0 + dh - 1) // dh), min(KH, (H - ih0 + dh - 1) // dh),
-            max(0, (-iw0 + dw - 1) // dw), min(KW, (Wi - iw0 + dw - 1) // dw))
+    i_lo, i_hi = valid_range(KH, H, ih0, dh)
+    j_lo, j_hi = valid_range(KW, Wi, iw0, dw)
+    return i_lo, i_hi, j_lo, j_hi
 
 
 @inlined

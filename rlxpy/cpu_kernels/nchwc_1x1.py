@@ -85,6 +85,23 @@ def _tile_pixels(q0, live, contiguous, OW, Wi, sh, sw, V):
 
 
 @inlined
+def _pair_sums(a, xn, d0, d1, d2, d3, d4, d5, p0, ob0, CB, HW, L):
+    """The 12 sums of a 6-pixel tile (x at xn + d0 .. xn + d5 in each input block) through
+    output blocks ob0 and ob0 + 1, over all CB input blocks (inlined: constant offsets fold
+    into the broadcasts)."""
+    V = nlanes(L)
+    acc = _zeros12(L)
+    for ib in range(CB):
+        xb = xn + ib * HW * V
+        w0 = p0 + (ob0 * CB + ib) * V * V
+        w1 = w0 + CB * V * V
+        for ci in range(V):
+            acc = _fma_6x2(a, xb + d0 + ci, xb + d1 + ci, xb + d2 + ci, xb + d3 + ci, xb + d4 + ci,
+                           xb + d5 + ci, vload(a, w0 + ci * V, L), vload(a, w1 + ci * V, L), acc, L)
+    return acc
+
+
+@inlined
 def _tile(a, xn, p0, ya, y0, y_plain, n, pr, q0, q1, chunk, K, P, HW, OW, Wi, sh, sw, CB, OCB, bias0, contiguous,
           ep, ra, L):
     """The 6-pixel tile from q0 (within the run from q1) through output pair pr, over all of C."""
@@ -93,25 +110,12 @@ def _tile(a, xn, p0, ya, y0, y_plain, n, pr, q0, q1, chunk, K, P, HW, OW, Wi, sh
     d0, d1, d2, d3, d4, d5 = _tile_pixels(q0, live, contiguous, OW, Wi, sh, sw, V)
     ob0 = 2 * pr
     if ob0 + 1 < OCB:
-        acc = _zeros12(L)
         if contiguous and live == TP:
             # the 6 pixels V floats apart: constants the broadcasts take as displacements from
             # one register (the general path holds 6 pixel offsets)
-            for ib in range(CB):
-                xb = xn + ib * HW * V + d0
-                w0 = p0 + (ob0 * CB + ib) * V * V
-                w1 = w0 + CB * V * V
-                for ci in range(V):
-                    acc = _fma_6x2(a, xb + ci, xb + V + ci, xb + 2 * V + ci, xb + 3 * V + ci, xb + 4 * V + ci,
-                                   xb + 5 * V + ci, vload(a, w0 + ci * V, L), vload(a, w1 + ci * V, L), acc, L)
+            acc = _pair_sums(a, xn + d0, 0, V, 2 * V, 3 * V, 4 * V, 5 * V, p0, ob0, CB, HW, L)
         else:
-            for ib in range(CB):
-                xb = xn + ib * HW * V
-                w0 = p0 + (ob0 * CB + ib) * V * V
-                w1 = w0 + CB * V * V
-                for ci in range(V):
-                    acc = _fma_6x2(a, xb + d0 + ci, xb + d1 + ci, xb + d2 + ci, xb + d3 + ci, xb + d4 + ci,
-                                   xb + d5 + ci, vload(a, w0 + ci * V, L), vload(a, w1 + ci * V, L), acc, L)
+            acc = _pair_sums(a, xn, d0, d1, d2, d3, d4, d5, p0, ob0, CB, HW, L)
         _put_tile(ya, y0, y_plain, n, ob0, ob0 + 1, True, q0, live, K, P, OCB,
                   vload(a, bias0 + ob0 * V, L), vload(a, bias0 + (ob0 + 1) * V, L), acc, ep, ra, L)
     else:

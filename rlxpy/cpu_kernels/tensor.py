@@ -324,6 +324,12 @@ def _dot4(x, w, xo0, xo1, xo2, xo3, wo0, wo1, wo2, wo3, k, L):
     return s0, s1, s2, s3
 
 
+@inlined
+def _bias_at(b, c):
+    """The bias of output column c (b empty: none)."""
+    return b[c] if b.size > 0 else np.float32(0.0)
+
+
 @parallel_kernel
 def linear_dot(x, w, b, y, rows, k, o, per, L):
     """y[rows, o] = x[rows, k] @ w[o, k].T (+ b) for a few rows: per output column, the
@@ -339,13 +345,13 @@ def linear_dot(x, w, b, y, rows, k, o, per, L):
             while c_four + 4 <= c_end:
                 wo = c_four * k
                 s0, s1, s2, s3 = _dot4(x, w, 0, 0, 0, 0, wo, wo + k, wo + 2 * k, wo + 3 * k, k, L)
-                y[c_four] = s0 + (b[c_four] if b.size > 0 else np.float32(0.0))
-                y[c_four + 1] = s1 + (b[c_four + 1] if b.size > 0 else np.float32(0.0))
-                y[c_four + 2] = s2 + (b[c_four + 2] if b.size > 0 else np.float32(0.0))
-                y[c_four + 3] = s3 + (b[c_four + 3] if b.size > 0 else np.float32(0.0))
+                y[c_four] = s0 + _bias_at(b, c_four)
+                y[c_four + 1] = s1 + _bias_at(b, c_four + 1)
+                y[c_four + 2] = s2 + _bias_at(b, c_four + 2)
+                y[c_four + 3] = s3 + _bias_at(b, c_four + 3)
                 c_four += 4
         for c in range(c_four, c_end):
-            bias = b[c] if b.size > 0 else np.float32(0.0)
+            bias = _bias_at(b, c)
             if rows == 1:           # one row: its 4 quarters as the 4 streams (the same sum, reordered)
                 q, wo = k // 4, c * k
                 s0, s1, s2, s3 = _dot4(x, w, 0, q, 2 * q, 3 * q, wo, wo + q, wo + 2 * q, wo + 3 * q, q, L)
