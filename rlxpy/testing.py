@@ -176,6 +176,7 @@ CASES: Tuple[Case, ...] = (
     conv(1, 64, (14, 14), 32, (1, 1), stride=2, tags=(F,)),                    # 1x1 stride 2 -> nchwc_1x1
     conv(2, 20, (9, 7), 44, (1, 1), stride=(2, 3), bias=True, tags=(F,)),       # odd blocks, a lone last one
     conv(2, 9, (13,), 17, (1,), bias=True, tags=(F,)),                          # 1-D pointwise
+    conv(2, 16, (9, 10), 3, (1, 1), bias=True, tags=(F,)),                     # a head: 1x1 to < lanes
     conv(2, 4, (6, 6), 4, (4, 2), padding=((0, 3), (1, 0)), groups=2, bias=True, tags=(F,)),
     conv(3, 3, (17,), 8, (5,), stride=2, padding=((2, 1),), dilation=2, bias=True, tags=(F,)),  # 1-D
     conv(1, 4, (20,), 4, (3,), padding=1, groups=4, tags=(F,)),                # 1-D depthwise

@@ -553,6 +553,29 @@ def test_a_1x1_conv_between_blocked_neighbours_takes_the_blocked_kernel():
     assert [t.algo for t in rx.compile(odd).thunks] == ["gemm1x1"]
 
 
+@pytest.mark.parametrize("width", [16, 8])
+def test_a_head_1x1_to_few_channels_reads_blocked_x_and_writes_plain(width, monkeypatch):
+    """A segmentation head (1x1 from whole blocks of channels to fewer channels than lanes)
+    after a blocked conv: nchwc_1x1 reads x blocked and writes the graph output plain, with
+    no reorder between; its padded output lanes never reach y. Input channels not in whole
+    blocks keep the plain GEMM."""
+    monkeypatch.setenv("RLX_SIMD_WIDTH", str(width))
+    rng = np.random.default_rng(61)
+    for c, k, algo in ((width, 2, "nchwc_1x1"), (2 * width, width - 1, "nchwc_1x1"), (width + 3, 2, "gemm1x1")):
+        g = rx.Graph()
+        x = g.input("x", (3, c, 7, 11))
+        body = g.relu(g.conv(x, g.param("w3", rand(rng, c, c, 3, 3)), padding=1, name="body"))
+        g.output("y", g.conv(body, g.param("wh", rand(rng, k, c, 1, 1)), g.param("bh", rand(rng, k)), name="head"))
+        exe = rx.compile(g)
+        th = {t.node: t for t in exe.thunks}
+        assert th["head"].algo == algo, exe.explain()
+        if algo == "nchwc_1x1":
+            assert th["head"].layout("x") == blocked(width) and th["head"].layout("y") == PLAIN
+            assert not any(t.algo == "reorder" for t in exe.thunks), exe.explain()
+        xv = rand(rng, 3, c, 7, 11)
+        assert_close(exe.run({"x": xv})["y"], rx.compile(g, REFERENCE).run({"x": xv})["y"], TOL)
+
+
 def test_a_resize_between_blocked_convs_stays_blocked():
     """A U-Net decoder step: conv -> resize -> conv keeps the blocked layout through the
     resize (asked again as a neighbour of blocked kernels); alone it stays plain."""
