@@ -46,9 +46,7 @@ def expected_conv2d_algo(config, case):
     c, kout = x[1], w[0]
     blocks = lambda n: -(-n // lanes) * lanes  # noqa: E731
     if k == (1,) * nsp and stride == (1,) * nsp and kw["padding"] == 0 and groups == 1:
-        # the blocked GEMM where padding adds at most a third, or (a head) only the output is padded
-        head = kout < lanes and c % lanes == 0
-        return "nchwc_1x1" if lanes > 1 and (blocks(c) * blocks(kout) <= 1.34 * c * kout or head) else "gemm1x1"
+        return "nchwc_1x1" if lanes > 1 and blocks(c) * blocks(kout) <= 1.34 * c * kout else "gemm1x1"
     if config.winograd and k == (3, 3) and stride == (1, 1) and dilation == (1, 1) and groups == 1:
         return "winograd"
     if config.direct_conv and all(s == 1 for s in stride) and all(d == 1 for d in dilation):

@@ -558,10 +558,12 @@ def test_a_head_1x1_to_few_channels_reads_blocked_x_and_writes_plain(width, monk
     """A segmentation head (1x1 from whole blocks of channels to fewer channels than lanes)
     after a blocked conv: nchwc_1x1 reads x blocked and writes the graph output plain, with
     no reorder between; its padded output lanes never reach y. Input channels not in whole
-    blocks keep the plain GEMM."""
+    blocks keep the plain GEMM, and so does the head alone (x plain, read in place)."""
     monkeypatch.setenv("RLX_SIMD_WIDTH", str(width))
     rng = np.random.default_rng(61)
-    for c, k, algo in ((width, 2, "nchwc_1x1"), (2 * width, width - 1, "nchwc_1x1"), (width + 3, 2, "gemm1x1")):
+    # (c, k, after a blocked conv, alone): 2w -> w - 1 pads by less than a third, blocked anyway
+    for c, k, algo, alone_algo in ((width, 2, "nchwc_1x1", "gemm1x1"), (2 * width, width - 1, "nchwc_1x1", "nchwc_1x1"),
+                                   (width + 3, 2, "gemm1x1", "gemm1x1")):
         g = rx.Graph()
         x = g.input("x", (3, c, 7, 11))
         body = g.relu(g.conv(x, g.param("w3", rand(rng, c, c, 3, 3)), padding=1, name="body"))
@@ -574,6 +576,9 @@ def test_a_head_1x1_to_few_channels_reads_blocked_x_and_writes_plain(width, monk
             assert not any(t.algo == "reorder" for t in exe.thunks), exe.explain()
         xv = rand(rng, 3, c, 7, 11)
         assert_close(exe.run({"x": xv})["y"], rx.compile(g, REFERENCE).run({"x": xv})["y"], TOL)
+        alone = rx.Graph()
+        alone.output("y", alone.conv(alone.input("x", (3, c, 7, 11)), alone.param("wh", rand(rng, k, c, 1, 1))))
+        assert [t.algo for t in rx.compile(alone).thunks] == [alone_algo]
 
 
 def test_a_resize_between_blocked_convs_stays_blocked():

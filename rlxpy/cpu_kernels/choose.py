@@ -428,11 +428,13 @@ def choose_conv2d_1x1(rec: R.Conv2D1x1, ctx: ChoiceContext) -> Choice:
         # gemm1x1's 0.59 (bench/conv_suite.py); between blocked neighbours no reorder at all
         return nchwc_1x1_choice(rec.geometry, ctx, "1x1 as the blocked GEMM (faster than gemm1x1 even with a "
                                                    "reorder on each side)")
-    if lanes > 1 and few_outputs_head(rec.geometry, lanes):
-        # a head (a U-Net's 16 -> 2 @64): the padded output lanes cost FMAs on a memory-bound
-        # conv, gemm1x1 a reorder of x to plain first: batch 8, 0.085 ms against 0.079 + 0.200
-        return nchwc_1x1_choice(rec.geometry, ctx, f"1x1 to fewer channels than {lanes} lanes, x in whole blocks: "
-                                                   f"the blocked GEMM writing y plain (no reorder of x)")
+    if lanes > 1 and ctx.near_blocked and few_outputs_head(rec.geometry, lanes):
+        # a head after a blocked conv (a U-Net's 16 -> 2 @64): the padded output lanes cost
+        # FMAs on a memory-bound conv, gemm1x1 a reorder of x to plain first: batch 8, 0.085 ms
+        # against 0.079 + 0.200. Alone (x plain), gemm1x1 reads x in place.
+        return nchwc_1x1_choice(rec.geometry, ctx, f"1x1 to fewer channels than {lanes} lanes after a blocked "
+                                                   f"neighbour, x in whole blocks: the blocked GEMM writing y plain "
+                                                   f"(no reorder of x)")
     return gemm1x1_choice(rec, ctx, f"1x1, stride 1, unpadded, groups 1 ({blocked_why})")
 
 
