@@ -433,8 +433,8 @@ def choose_conv2d_1x1(rec: R.Conv2D1x1, ctx: ChoiceContext) -> Choice:
         # FMAs on a memory-bound conv, gemm1x1 a reorder of x to plain first: batch 8, 0.085 ms
         # against 0.079 + 0.200. Alone (x plain), gemm1x1 reads x in place.
         return nchwc_1x1_choice(rec.geometry, ctx, f"1x1 to fewer channels than {lanes} lanes after a blocked "
-                                                   f"neighbour, x in whole blocks: the blocked GEMM writing y plain "
-                                                   f"(no reorder of x)")
+                                                   "neighbour, x in whole blocks: the blocked GEMM writing y plain "
+                                                   "(no reorder of x)")
     return gemm1x1_choice(rec, ctx, f"1x1, stride 1, unpadded, groups 1 ({blocked_why})")
 
 
