@@ -161,6 +161,26 @@ def test_nchwc_plain_in_rows_whose_every_tap_is_padding_and_border_columns(width
     assert_close(exe.run({"x": xv})["y"], ref.run({"x": xv})["y"], TOL, "plain_in all-padding rows")
 
 
+@pytest.mark.parametrize("width", [8, 1])
+@pytest.mark.parametrize("cols", range(8, 14))
+def test_nchwc_plain_in_every_tail_of_a_rows_interior(width, cols):
+    """A row's interior (every tap inside x: columns 1 .. cols-2 of a 3x3 pad-1 conv) is
+    cols - 2 pixels: whole tiles of 6, then a tail of 0-5 pixels, the short tails (1-2) a
+    pixel at a time with the border columns and the longer ones as a partial tile. Every
+    tail length, at stride 1 and (with a 5x5 kernel) stride 2, against the reference kernels."""
+    rng = np.random.default_rng(cols)
+    for k, stride in ((3, 1), (5, 2)):
+        g = rx.Graph()
+        x = g.input("x", (1, 3, 5, cols * stride))
+        g.output("y", g.conv(x, g.param("w", rand(rng, 19, 3, k, k)), bias=g.param("b", rand(rng, 19)),
+                             stride=stride, padding=k // 2, name="c"))
+        exe = rx.compile(g, rx.Config(conv_algo="nchwc_plain_in", simd_width=width))
+        assert main_thunk(exe).algo == "nchwc_plain_in", exe.explain()
+        xv = rand(rng, 1, 3, 5, cols * stride)
+        assert_close(exe.run({"x": xv})["y"], rx.compile(g, REFERENCE).run({"x": xv})["y"], TOL,
+                     f"plain_in {cols} columns, {k}x{k} stride {stride}")
+
+
 def _chain(rng, c=5, k=11):
     """conv -> conv -> (pool, output) and conv -> output: channels not a multiple of any width."""
     g = rx.Graph()

@@ -28,6 +28,7 @@ from .simd import (nlanes, vadd, vbcast, vfma, vload, vmax, vmin, vmul, vsplat, 
                    vtranspose, vzero)
 
 TP = 6          # output pixels per tile
+PLAIN_IN_PARTIAL_MIN = 3   # conv_plain_in: fewer pixels in a row's last tile run a pixel at a time
 BLOCKS = 2      # blocks of V output channels per tile
 
 
@@ -575,7 +576,8 @@ def conv_plain_in(a, x0, p0, ya, y0, y_plain, K, N, C, D, H, Wi, OD, OH, OW, KD,
     rows). A row's interior columns (every tap inside x in width) run in tiles of 6 pixels,
     each tile through every pair of output blocks while its x is in L1, over the row's table
     of taps inside x (offsets of x and of the weights, made once a row); its border columns
-    run a pixel at a time over their taps inside x, even and odd kernel columns in separate
+    (and a last tile's 1-2 pixels: the ResNet stem 1.51 -> 1.35 ms) run a pixel at a time over
+    their taps inside x, even and odd kernel columns in separate
     sums (the latency of one chain of FMAs held the UNet's 3 -> 16 @64 at twice its time). No tap
     is tested inside a tile and no FMA multiplies padding (tiles cut across rows, with every
     tap of a tile at a border tested, held the ResNet stem at 1.84 ms; 1.35 by rows).
@@ -590,6 +592,9 @@ def conv_plain_in(a, x0, p0, ya, y0, y_plain, K, N, C, D, H, Wi, OD, OH, OW, KD,
     runs = (OH + rows - 1) // rows
     bias0 = p0 + OCB * C * T * V
     ow_lo, ow_hi = _interior_columns(OW, Wi, KW, sw, pw, dw)
+    # a last partial tile of 1-2 pixels costs a whole tile's FMAs (12 a tap): it runs a pixel
+    # at a time with the border columns (2 FMAs a tap, at half the rate: 4 chains)
+    tile_hi = ow_hi if (ow_hi - ow_lo) % TP >= PLAIN_IN_PARTIAL_MIN else ow_hi - (ow_hi - ow_lo) % TP
     for it in prange(N * OD * runs):
         V = nlanes(L)          # again inside the loop body: numba outlines it, and V must stay a constant
         rc = it % runs
@@ -614,8 +619,8 @@ def conv_plain_in(a, x0, p0, ya, y0, y_plain, K, N, C, D, H, Wi, OD, OH, OW, KD,
                             x_tap[m] = ((n * C + c) * D + idp) * H * Wi + i * dh * Wi + j * dw
                             w_tap[m] = (c * T + (kd * KH + i) * KW + j) * V
                             m += 1
-            for q in range(ow_lo, ow_hi, TP):
-                live = min(TP, ow_hi - q)
+            for q in range(ow_lo, tile_hi, TP):
+                live = min(TP, tile_hi - q)
                 s1, s2, s3, s4, s5 = _row_steps(live, sw)
                 xb = x0 + ih0 * Wi + q * sw - pw        # negative above x: only rows from i_lo are read
                 for pr in range(pairs):
@@ -633,8 +638,8 @@ def conv_plain_in(a, x0, p0, ya, y0, y_plain, K, N, C, D, H, Wi, OD, OH, OW, KD,
                         acc = _tap_table_tile(a, xb, s1, s2, s3, s4, s5, x_tap, w_tap, m, wb0, wb1, acc, L)
                     _put_tile(ya, y0, y_plain, n, ob0, ob1, two, od * P + oh * OW + q, live, K, OD * P, OCB,
                               vload(a, bias0 + ob0 * V, L), vload(a, bias0 + ob1 * V, L), acc, ep, ra, L)
-            for b in range(OW - (ow_hi - ow_lo)):        # the border columns, left then right
-                ow = b if b < ow_lo else ow_hi + b - ow_lo
+            for b in range(OW - (tile_hi - ow_lo)):      # the pixel-at-a-time columns, left then right
+                ow = b if b < ow_lo else tile_hi + b - ow_lo
                 iw0 = ow * sw - pw
                 j_lo, j_hi = valid_range(KW, Wi, iw0, dw)
                 for pr in range(pairs):
