@@ -54,23 +54,58 @@ def test_nchwc_direct_matches_reference_at_every_width(case, width):
 
 
 @pytest.mark.parametrize("width", [8, 16])
-@pytest.mark.parametrize("budget", [0, 1 << 40])
+@pytest.mark.parametrize("order", ["pixels", "pairs", "pairs-images"])
 @pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: c.id)
-def test_nchwc_direct_either_item_order(case, budget, width, monkeypatch):
-    """Pairs of output blocks outer (weights over the budget) or chunks of pixels outer (under
-    it): the same sums, whatever the cut, against the reference kernels."""
+def test_nchwc_direct_every_item_order(case, order, width, monkeypatch):
+    """Chunks of pixels outer (the weights under the budget), pairs of output blocks outer
+    per image (over it), or pairs outer of a batch's images (pair_major, forced here for any
+    batch of 2 or more): the same sums, whatever the cut, against the reference kernels."""
     from rlxpy.cpu_kernels import nchwc
     if _why_not_blocked(case, width):
         pytest.skip("not a blocked case")
-    monkeypatch.setattr(nchwc, "PIXEL_MAJOR_WEIGHT_BYTES", budget)
+    monkeypatch.setattr(nchwc, "PIXEL_MAJOR_WEIGHT_BYTES", 1 << 40 if order == "pixels" else 0)
+    monkeypatch.setattr(nchwc, "PAIR_MAJOR_RATIO", 0.0 if order == "pairs-images" else float("inf"))
     ref, _, _, _ = run_case(case, REFERENCE, seed=41)
     out, exe, _, _ = run_case(case, rx.Config(conv_algo="nchwc_direct", simd_width=width), seed=41)
     th = main_thunk(exe)
-    (_, w), groups = case.params[0], case.kw["groups"]
+    (_, x), (_, w), groups = case.inputs[0], case.params[0], case.kw["groups"]
     pairs = -(-(-(-(w[0] // groups) // width)) // 2)        # ceil(ceil(K_g / width) / 2)
-    assert th.algo == "nchwc_direct" and th.tiling.k_blocks == (1 if budget == 0 else pairs), exe.explain()
-    assert ("output blocks split" if budget == 0 else "pixels split") in th.why
-    assert_close(out, ref, TOL, f"nchwc_direct order {budget} {width} {case.id}")
+    images = order == "pairs-images" and x[0] > 1
+    expect = pairs if order == "pixels" else 0 if images else 1
+    assert th.algo == "nchwc_direct" and th.tiling.k_blocks == expect, exe.explain()
+    assert ("pixels split" if order == "pixels" else "output blocks split") in th.why
+    assert ("through the batch's images" in th.why) == images, th.why
+    assert_close(out, ref, TOL, f"nchwc_direct order {order} {width} {case.id}")
+
+
+SLIVER_CASES = [   # (x shape, w shape, conv kwargs): a plane whose last tile holds 1 or 2 pixels
+    ((2, 16, 7, 7), (24, 16, 3, 3), dict(padding=1)),                        # 49 = 8 x 6 + 1, an odd block
+    ((1, 17, 9, 9), (16, 17, 3, 3), dict(stride=2, padding=1)),              # 5x5 = 25 = 4 x 6 + 1
+    ((1, 8, 6, 8), (32, 8, 3, 3), dict(padding=(2, 1), dilation=2)),         # 4x8 = 32 = 5 x 6 + 2
+    ((1, 8, 4, 2), (16, 8, 3, 3), dict(padding=1)),                          # 8 = 6 + 2: one at the left border
+    ((2, 32, 7, 7), (32, 16, 3, 3), dict(padding=1, groups=2)),              # per group
+    ((1, 8, 3, 7, 7), (16, 8, 3, 3, 3), dict(padding=1)),                    # 3-D: each output plane's
+]
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("shapes", SLIVER_CASES, ids=lambda c: "x".join(map(str, c[0])))
+def test_nchwc_direct_last_tile_of_one_or_two_pixels(shapes, width):
+    """A plane's last tile of 1-2 pixels runs a pixel at a time (the rest in tiles of 6),
+    border taps skipped, with the bias and a fused residual add + relu in its store: against
+    the reference kernels at every width."""
+    (xs, ws, kw), rng = shapes, np.random.default_rng(77)
+    g = rx.Graph()
+    x = g.input("x", xs)
+    conv = g.conv3d if len(xs) == 5 else g.conv
+    c = conv(x, g.param("w", rand(rng, *ws)), bias=g.param("b", rand(rng, ws[0])), name="c", **kw)
+    r = g.input("r", tuple(c.shape))
+    g.output("y", g.relu(g.add(c, r)))
+    exe = rx.compile(g, rx.Config(conv_algo="nchwc_direct", simd_width=width))
+    th = main_thunk(exe)
+    assert th.algo == "nchwc_direct" and "residual add + relu" in th.why, exe.explain()
+    feeds = {"x": rand(rng, *xs), "r": rand(rng, *c.shape)}
+    assert_close(exe.run(feeds)["y"], rx.compile(g, REFERENCE).run(feeds)["y"], TOL, f"sliver {xs} {width}")
 
 
 def _why_not_1x1(case):

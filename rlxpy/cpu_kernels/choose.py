@@ -86,8 +86,9 @@ def nchwc_choice(g: ConvGeometry, ctx: ChoiceContext, why: str, passed=(), roles
     lanes = _lanes(ctx)
     chunk = nchwc.items(g.lifted(2), lanes, ctx.threads)
     split = "pixels" if nchwc.pixel_major(g, lanes) else "output blocks"
+    images = ", each pair through the batch's images" if nchwc.pair_major(g, lanes) else ""
     return _capped(Choice("nchwc_direct", f"{why} (NCHW{lanes}c, 6 pixels x 2 blocks of {lanes} channels a "
-                                          f"tile, {split} split over the threads){_then(passed)}",
+                                          f"tile, {split} split over the threads{images}){_then(passed)}",
                           0, 4 * nchwc.packed_floats(g.lifted(2), lanes),
                           Tiling(tile=chunk, k_blocks=nchwc.pair_group(g, lanes), lanes=lanes),
                           ((roles[0], blocked(lanes)), (roles[1], blocked(lanes))), plain_ok=(roles[1],)))

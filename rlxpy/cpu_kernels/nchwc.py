@@ -29,6 +29,7 @@ from .simd import (nlanes, vadd, vbcast, vfma, vload, vmax, vmin, vmul, vsplat, 
 
 TP = 6          # output pixels per tile
 PLAIN_IN_PARTIAL_MIN = 3   # conv_plain_in: fewer pixels in a row's last tile run a pixel at a time
+SLIVER = 2      # conv: a last tile of at most this many pixels runs a pixel at a time
 BLOCKS = 2      # blocks of V output channels per tile
 
 
@@ -115,10 +116,30 @@ def pixel_major(g, lanes: int) -> bool:
     return 4 * ocbg * cbg * prod(g.kernel) * lanes * lanes <= PIXEL_MAJOR_WEIGHT_BYTES
 
 
+# Pairs outer, a batch's images inner (conv's gp = 0) where a pair's packed weights outweigh
+# an image's x in its group: each thread then reads every image's x once per pair, not every
+# pair's weights once per image. ResNet-18's 512 -> 512 @7 at batch 8 (AVX2, 2 cores, in
+# the model, the orders alternated): 11.0-11.6 -> 10.7-10.9 ms; 256 @14 (weights 144 floats
+# a channel and pair against x's 196 a channel) no faster, 128 @28 4-7% slower.
+PAIR_MAJOR_RATIO = 1.0
+
+
+def pair_major(g, lanes: int) -> bool:
+    """Whether conv's work items (not pixel_major) take pairs outer and the batch's images
+    inside them: more than one image, and a pair's weights (2 blocks x taps x V floats per
+    input channel) over PAIR_MAJOR_RATIO times an image's x (its spatial size per channel)."""
+    if g.x_shape[0] < 2 or pixel_major(g, lanes):
+        return False
+    return BLOCKS * prod(g.kernel) * lanes > PAIR_MAJOR_RATIO * prod(g.x_shape[2:])
+
+
 def pair_group(g, lanes: int) -> int:
     """How many pairs of output blocks a work item's chunk goes through before the next chunk
-    (conv's gp): all of a group's pixels outer, else 1."""
-    return -(-group_blocks(g, lanes)[1] // BLOCKS) if pixel_major(g, lanes) else 1
+    (conv's gp): all of a group's pixels outer, else 1; 0 for pairs outer of the images
+    (pair_major)."""
+    if pixel_major(g, lanes):
+        return -(-group_blocks(g, lanes)[1] // BLOCKS)
+    return 0 if pair_major(g, lanes) else 1
 
 
 def items(g, lanes: int, threads: int) -> int:
@@ -392,10 +413,17 @@ def _block_steps(o0, o1, o2, o3, o4, o5, z0, BS):
 
 
 @inlined
-def _item(it, chunks, pairs, groups, gp):
+def _item(it, chunks, pairs, groups, gp, N):
     """A work item's (chunk of pixels, pair of output blocks in its group, group, image), in
     the order (image, group, run of gp pairs, chunk, pair in the run): gp = 1 is pairs outer,
-    gp = pairs chunks outer (pair_group)."""
+    gp = pairs chunks outer (pair_group); gp = 0: (group, pair, image, chunk), each pair's
+    weights through every image while they are in L2."""
+    if gp == 0:
+        ch = it % chunks
+        r = it // chunks
+        n = r % N
+        r //= N
+        return ch, r % pairs, r // pairs, n
     pr = it % gp
     r = it // gp
     ch = r % chunks
@@ -407,6 +435,59 @@ def _item(it, chunks, pairs, groups, gp):
     return ch, pr, g, r // groups
 
 
+@inlined
+def _pixel_pair_sums(a, xg, p0, ob0, ob1, oh, ow, od, D, H, Wi, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw,
+                     CBg, HWV, BS, T, L):
+    """One output pixel's sums through output blocks ob0 and ob1 over its taps inside x (x's
+    group at xg), each block's input channels 4 apart in 4 sums: 8 chains of FMAs, not the
+    2 of one sum per block waiting on each other's latency."""
+    V = nlanes(L)
+    a0 = vzero(L)
+    a1 = vzero(L)
+    a2 = vzero(L)
+    a3 = vzero(L)
+    a4 = vzero(L)
+    a5 = vzero(L)
+    a6 = vzero(L)
+    a7 = vzero(L)
+    ih0 = oh * sh - ph
+    iw0 = ow * sw - pw
+    i_lo, i_hi = valid_range(KH, H, ih0, dh)
+    j_lo, j_hi = valid_range(KW, Wi, iw0, dw)
+    for kd in range(KD):
+        idp = od * sd - pd + kd * dd
+        if idp < 0 or idp >= D:
+            continue
+        for i in range(i_lo, i_hi):
+            for j in range(j_lo, j_hi):
+                xb = xg + idp * HWV + ((ih0 + i * dh) * Wi + iw0 + j * dw) * V
+                tap = (kd * KH + i) * KW + j
+                wb0 = p0 + (ob0 * T + tap) * CBg * V * V
+                wb1 = p0 + (ob1 * T + tap) * CBg * V * V
+                for ib in range(CBg):
+                    for ci in range(0, V - 3, 4):
+                        xv = vbcast(a, xb + ci, L)
+                        a0 = vfma(xv, vload(a, wb0 + ci * V, L), a0)
+                        a1 = vfma(xv, vload(a, wb1 + ci * V, L), a1)
+                        xv = vbcast(a, xb + ci + 1, L)
+                        a2 = vfma(xv, vload(a, wb0 + (ci + 1) * V, L), a2)
+                        a3 = vfma(xv, vload(a, wb1 + (ci + 1) * V, L), a3)
+                        xv = vbcast(a, xb + ci + 2, L)
+                        a4 = vfma(xv, vload(a, wb0 + (ci + 2) * V, L), a4)
+                        a5 = vfma(xv, vload(a, wb1 + (ci + 2) * V, L), a5)
+                        xv = vbcast(a, xb + ci + 3, L)
+                        a6 = vfma(xv, vload(a, wb0 + (ci + 3) * V, L), a6)
+                        a7 = vfma(xv, vload(a, wb1 + (ci + 3) * V, L), a7)
+                    for ci in range(V - V % 4, V):        # V = 1: the one channel
+                        xv = vbcast(a, xb + ci, L)
+                        a0 = vfma(xv, vload(a, wb0 + ci * V, L), a0)
+                        a1 = vfma(xv, vload(a, wb1 + ci * V, L), a1)
+                    xb += BS
+                    wb0 += V * V
+                    wb1 += V * V
+    return vadd(vadd(a0, a2), vadd(a4, a6)), vadd(vadd(a1, a3), vadd(a5, a7))
+
+
 @parallel_kernel
 def conv(a, x0, p0, ya, y0, y_plain, K, N, D, H, Wi, OD, OH, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw,
          groups, CBg, OCBg, chunk, gp, epi, L):
@@ -414,8 +495,10 @@ def conv(a, x0, p0, ya, y0, y_plain, K, N, D, H, Wi, OD, OH, OW, KD, KH, KW, sd,
     output's own array) = conv of x (blocked, in a at x0) with the packed weights and bias
     at p0 (pack). 2-D (and 1-D) convs come with D = OD = KD = 1: a 3-D conv is the sum over
     its depth taps of 2-D convs of input planes. Work items: (image, group, pair of output
-    blocks, output plane, chunk of pixels), ordered as _item says with gp (1 or all pairs:
-    pair_group). epi: the fused epilogue (_epi, epilogue_args)."""
+    blocks, output plane, chunk of pixels), ordered as _item says with gp (1, all pairs, or
+    0: pair_group); a plane's last tile of 1-2 pixels a pixel at a time (_pixel_pair_sums:
+    ResNet-18's 512 -> 512 @7, 8 tiles and 1 pixel, 1.29 -> 1.18 ms at batch 1). epi: the
+    fused epilogue (_epi, epilogue_args)."""
     V = nlanes(L)
     e_kind, e_lo, e_hi, ra, e_r0 = epi         # once, outside the prange (see _epi)
     ep = (e_kind, e_lo, e_hi, e_r0)
@@ -429,7 +512,7 @@ def conv(a, x0, p0, ya, y0, y_plain, K, N, D, H, Wi, OD, OH, OW, KD, KH, KW, sd,
     z0 = bias0 + OCB * V
     for it in prange(N * groups * pairs * OD * chunks):
         V = nlanes(L)          # again inside the loop body: numba outlines it, and V must stay a constant
-        ch, pr, g, n = _item(it, OD * chunks, pairs, groups, gp)
+        ch, pr, g, n = _item(it, OD * chunks, pairs, groups, gp, N)
         od = ch // chunks
         ch -= od * chunks
         ob0 = g * OCBg + 2 * pr
@@ -440,6 +523,18 @@ def conv(a, x0, p0, ya, y0, y_plain, K, N, D, H, Wi, OD, OH, OW, KD, KH, KW, sd,
         BS = D * HWV                # one block of x
         for q0 in range(ch * chunk, p_end, TP):
             live = min(TP, p_end - q0)
+            if live <= SLIVER:
+                # a plane's last 1-2 pixels (7x7 = 8 tiles and 1): a pixel at a time, not a
+                # whole tile's FMAs (its last tile; no later tile needs oh, ow)
+                for q in range(q0, q0 + live):
+                    s0, s1 = _pixel_pair_sums(a, x0 + (n * CB + g * CBg) * BS, p0, ob0, ob1, q // OW, q % OW, od,
+                                              D, H, Wi, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw, CBg, HWV,
+                                              BS, T, L)
+                    z = vzero(L)
+                    _put_tile(ya, y0, y_plain, n, ob0, ob1, two, od * P + q, 1, K, OD * P, OCB,
+                              vload(a, bias0 + ob0 * V, L), vload(a, bias0 + ob1 * V, L),
+                              (s0, s1, z, z, z, z, z, z, z, z, z, z), ep, ra, L)
+                continue
             org = _origins(oh, ow, live, OW, sh, sw, ph, pw)
             oh, ow = org[12], org[13]
             org = org[:12]
