@@ -28,8 +28,9 @@ from .simd import (nlanes, vadd, vbcast, vfma, vload, vmax, vmin, vmul, vsplat, 
                    vtranspose, vzero)
 
 TP = 6          # output pixels per tile
-PLAIN_IN_PARTIAL_MIN = 3   # conv_plain_in: fewer pixels in a row's last tile run a pixel at a time
-SLIVER = 2      # conv: a last tile of at most this many pixels runs a pixel at a time
+# conv and conv_plain_in: a last tile of at most this many live pixels runs a pixel at a time
+# (a whole tile's FMAs cost more than 1-2 pixels' own)
+SLIVER = 2
 BLOCKS = 2      # blocks of V output channels per tile
 
 
@@ -689,7 +690,8 @@ def conv_plain_in(a, x0, p0, ya, y0, y_plain, K, N, C, D, H, Wi, OD, OH, OW, KD,
     ow_lo, ow_hi = _interior_columns(OW, Wi, KW, sw, pw, dw)
     # a last partial tile of 1-2 pixels costs a whole tile's FMAs (12 a tap): it runs a pixel
     # at a time with the border columns (2 FMAs a tap, at half the rate: 4 chains)
-    tile_hi = ow_hi if (ow_hi - ow_lo) % TP >= PLAIN_IN_PARTIAL_MIN else ow_hi - (ow_hi - ow_lo) % TP
+    tail = (ow_hi - ow_lo) % TP
+    tile_hi = ow_hi - tail if tail <= SLIVER else ow_hi
     for it in prange(N * OD * runs):
         V = nlanes(L)          # again inside the loop body: numba outlines it, and V must stay a constant
         rc = it % runs
