@@ -73,6 +73,19 @@ def parse_path(name: str, raw: str) -> str:
     return os.path.expanduser(raw.strip())
 
 
+def parse_per_image(name: str, raw: str) -> float:
+    v = raw.strip().lower()
+    if v in _FALSE:
+        return 0.0
+    try:
+        mib = float(v)
+    except ValueError:
+        mib = -1.0
+    if not mib >= 0:          # (NaN too)
+        raise _refuse(name, raw, "off or a size in MiB >= 0 (0: off)")
+    return mib
+
+
 def parse_simd_width(name: str, raw: str) -> int:
     v = raw.strip()
     if v not in tuple(str(w) for w in SIMD_WIDTHS):
@@ -113,6 +126,9 @@ FLAGS: Tuple[Flag, ...] = (
          "time the eligible exact kernels of every conv-family node, keep the fastest that passes validation"),
     Flag("RLX_CACHE_DIR", "cache_dir", parse_path,
          "where autotuning keeps its choices (default: the user cache directory, e.g. ~/.cache/rlxpy)"),
+    Flag("RLX_PER_IMAGE", "per_image_mib", parse_per_image,
+         "at batch > 1, chains of blocked CPU kernels touching a value of at least this many MiB run image by "
+         "image, the values inside held one image at a time (default 4; off or 0: whole batches)"),
     Flag("RLX_PLAN_CACHE", "plan_cache", parse_positive_int,
          "plans (input shapes) an executable keeps, least recently used evicted with its arenas (default 8)"),
 )
@@ -133,6 +149,7 @@ class Config:
     autotune: bool = False               # RLX_AUTOTUNE
     cache_dir: Optional[str] = None      # RLX_CACHE_DIR; None: default_cache_dir()
     plan_cache: int = 8                  # RLX_PLAN_CACHE
+    per_image_mib: float = 4.0           # RLX_PER_IMAGE; 0: off
 
     def __post_init__(self):
         if self.conv_algo not in CONV_ALGOS:
@@ -145,6 +162,8 @@ class Config:
             raise ValueError(f"Config.simd_width={self.simd_width!r}; accepted: None, 16, 8, 1")
         if self.num_threads is not None and (not isinstance(self.num_threads, int) or self.num_threads < 1):
             raise ValueError(f"Config.num_threads={self.num_threads!r}; accepted: None or a positive integer")
+        if not isinstance(self.per_image_mib, (int, float)) or not self.per_image_mib >= 0:
+            raise ValueError(f"Config.per_image_mib={self.per_image_mib!r}; accepted: a number of MiB >= 0 (0: off)")
         if not isinstance(self.plan_cache, int) or self.plan_cache < 1:
             raise ValueError(f"Config.plan_cache={self.plan_cache!r}; accepted: a positive integer")
 

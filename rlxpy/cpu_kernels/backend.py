@@ -19,6 +19,11 @@ from .gemm import configure_threads
 class CpuBackend:
     name = "cpu"
     fuses_epilogues = True     # a conv's residual add and activation run in its thunk (rewrite.fuse_epilogues)
+    # (record type, algo) whose kernels take their batch and offsets from the thunk and treat
+    # images independently: they may run image by image (rlxpy.thunks.segments)
+    per_image_algos = frozenset({(r, a) for r in ("Conv2D", "Conv2D1x1")
+                                 for a in ("nchwc_direct", "nchwc_1x1", "nchwc_plain_in", "nchwc_depthwise")}
+                                | {("Pool2D", "nchwc_pool")})
 
     def threads(self, config: Config) -> int:
         """Sets numba's pool to RLX_NUM_THREADS (default: the cores this process may use) and BLAS to one thread per

@@ -99,7 +99,7 @@ class BoundArena:
     inputs: Tuple[Tuple[str, object], ...]                  # (name, view in the stored layout)
     outputs: Tuple[Tuple[str, object], ...]
     input_layouts: Tuple[str, ...] = ()                     # per input: plain, or the blocked layout it is copied in as
-    direct: Tuple[Tuple[str, int, Callable], ...] = ()       # (output, thunk index, make() -> (array, call))
+    direct: Tuple[Tuple[str, int, Callable], ...] = ()       # (output, call index, make() -> (array, call))
 
 
 class ArenaPool:
@@ -109,10 +109,19 @@ class ArenaPool:
     runs once, and every thunk is bound to it."""
 
     def __init__(self, plan, backend, binders: Sequence[Callable], prepares: Sequence[Tuple[Callable, object]] = (),
-                 output_binders: Sequence[Tuple[str, int, Callable]] = ()):
+                 output_binders: Sequence[Tuple[str, int, Callable]] = (), order: Sequence[int] = None,
+                 call_thunks: Sequence[object] = None):
+        """binders: one per call of a run, in run order; order: the plan's thunk index of each,
+        call_thunks: the thunk each call runs (default: one call per thunk, in plan order; a
+        segment's thunks have a call per image, each with its one-image thunk)."""
         self.plan, self.backend = plan, backend
         self.binders, self.prepares = tuple(binders), tuple(prepares)
-        self.output_binders = tuple(output_binders)
+        self.order = tuple(range(len(plan.thunks)) if order is None else order)
+        self.call_thunks = tuple(plan.thunks[k] for k in self.order) if call_thunks is None else tuple(call_thunks)
+        if not len(self.order) == len(self.binders) == len(self.call_thunks):
+            raise ValueError(f"ArenaPool: {len(self.binders)} binders for {len(self.order)} calls")
+        # a graph output written straight into the returned array: its thunk's (only) call
+        self.output_binders = tuple((name, self.order.index(i), bind) for name, i, bind in output_binders)
         self._free: List[BoundArena] = []
         self._lock = threading.Lock()
         self.made = 0
@@ -130,7 +139,7 @@ class ArenaPool:
         for fn, thunk in self.prepares:
             fn(thunk, arena)
         layouts = tuple(plan.input_layouts.get(name, PLAIN) for name in plan.inputs)
-        bound = BoundArena(arena, tuple((bind(arena), t) for bind, t in zip(self.binders, plan.thunks)),
+        bound = BoundArena(arena, tuple((bind(arena), t) for bind, t in zip(self.binders, self.call_thunks)),
                            tuple((name, b.view(arena, off, stored_shape(shape, layout)))
                                  for (name, (off, shape)), layout in zip(plan.inputs.items(), layouts)),
                            tuple((name, b.view(arena, off, shape)) for name, (off, shape) in plan.outputs.items()),

@@ -20,6 +20,7 @@ from .backend import Backend
 from .plan import Plan, build_plan
 from .records import Thunk
 from .rewrite import flush_denormals, fold_batch_norms, fuse_epilogues, fuse_gelu
+from .segments import depth_first, image_thunk
 
 # explain() before any run binds each dynamic non-batch dim to the first of these sizes for
 # which every shape rule of the graph holds (a 5x5 kernel refuses an image of 1)
@@ -126,8 +127,12 @@ class Executable:
         return not all(isinstance(d, int) for dims in self._input_dims.values() for d in dims)
 
     # -- plans ----------------------------------------------------------------------
-    def _compile_for(self, shapes: Dict[str, Tuple[int, ...]], remember: bool = True) -> Compiled:
-        key = tuple(sorted(shapes.items()))
+    def _compile_for(self, shapes: Dict[str, Tuple[int, ...]], remember: bool = True,
+                     per_image: bool = True) -> Compiled:
+        """The plan (and its arenas) for these input shapes, made once. per_image=False: one
+        without segments (segments.py), every thunk one call over the whole batch (validate
+        reads every value whole)."""
+        key = tuple(sorted(shapes.items())) + ((("per_image", False),) if not per_image else ())
         with self._lock:
             hit = self._compiled.get(key)
             if hit is not None:
@@ -137,16 +142,21 @@ class Executable:
             if tuned:
                 algos = {**{name: t.algo for name, t in tuned.items()}, **self.algos}
             plan = build_plan(self._nodes, self._params, self._outputs, shapes, self.config, self.backend,
-                              self.threads, self.plan_memory, self.guard_bytes, algos)
+                              self.threads, self.plan_memory, self.guard_bytes, algos, per_image)
             if tuned:
                 plan = replace(plan, thunks=tuple(replace(t, why=tuned[t.node].why()) if t.node in tuned else t
                                                   for t in plan.thunks))
-            binders = [self.backend.binder(t) for t in plan.thunks]
+            order = depth_first(len(plan.thunks), plan.segments)
+            seg_of = {k: seg for seg in plan.segments for k in range(seg.start, seg.stop)}
+            call_thunks = [plan.thunks[k] if image < 0 else
+                           image_thunk(plan.thunks[k], image, seg_of[k], plan.shapes, images)
+                           for k, image, images in order]
+            binders = [self.backend.binder(t) for t in call_thunks]
             prepares = [(fn, t) for t in plan.thunks if (fn := self.backend.prepare(t)) is not None]
             direct = [(name, i, fn) for name, (i, role) in plan.sole_outputs.items()
                       if not self.guard_bytes and
                       (fn := self.backend.output_binder(plan.thunks[i], role, plan.outputs[name][1])) is not None]
-            pool = ArenaPool(plan, self.backend, binders, prepares, direct)
+            pool = ArenaPool(plan, self.backend, binders, prepares, direct, [k for k, _, _ in order], call_thunks)
             with self._lock:
                 hit = self._compiled.setdefault(key, Compiled(plan, pool))
                 self._evict(self._compiled)
@@ -376,7 +386,10 @@ class Executable:
                 seconds = time_thunks(bound.calls, repeat, self._sync)
         finally:
             compiled.pool.release(bound)
-        return Profile.of(compiled.plan, self._nodes, seconds, repeat)
+        per_thunk = [0.0] * len(compiled.plan.thunks)      # a segment's thunk: its images' calls summed
+        for k, s in zip(compiled.pool.order, seconds):
+            per_thunk[k] += s
+        return Profile.of(compiled.plan, self._nodes, per_thunk, repeat)
 
     def validate(self, inputs, tolerances: Optional[Dict[str, float]] = None):
         """Every thunk's kernel against its record's reference kernel on the same inputs (the
@@ -385,7 +398,8 @@ class Executable:
         tolerances: {algo: bound on max_rel} over the defaults (rlxpy.thunks.validate.TOLERANCE)."""
         from .validate import Report, Validation
         shapes = self._nonempty(self.check_inputs(inputs), "validate")
-        compiled = self._compile_for(shapes)
+        # the plan without segments: each value whole after its thunk, to compare whole
+        compiled = self._compile_for(shapes, remember=False, per_image=False)
         ref = self._reference_for(shapes)
         with self._shared():
             bound = compiled.pool.acquire()

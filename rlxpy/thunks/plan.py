@@ -18,6 +18,7 @@ from .compile import LowerCtx, lookup
 from .geometry import ReorderGeometry
 from .layout import PLAIN, stored_bytes
 from .records import ABSENT, Choice, Record, Reorder, Thunk
+from .segments import Segment, find_segments, image_bytes, live_range
 
 _FOREVER = 1 << 60
 SOURCES = ("Input", "Param")
@@ -37,6 +38,7 @@ class Plan:
     layouts: Dict[int, str] = field(default_factory=dict)   # value id -> stored layout, where not plain
     input_layouts: Dict[str, str] = field(default_factory=dict)   # graph input -> the layout it is copied in as
     sole_outputs: Dict[str, Tuple[int, str]] = field(default_factory=dict)   # output -> (thunk, role) if unread
+    segments: Tuple[Segment, ...] = ()                # runs of thunks called image by image (segments.py)
 
 
 def needed_nodes(nodes, outputs) -> List[int]:
@@ -65,7 +67,10 @@ def infer_concrete(nodes, params, input_shapes, order) -> Dict[int, Tuple[int, .
 
 
 def build_plan(nodes, params, outputs: Dict[str, int], input_shapes, config: Config, backend: Backend,
-               threads: int, plan_memory: bool = True, guard_bytes: int = 0, algos=None) -> Plan:
+               threads: int, plan_memory: bool = True, guard_bytes: int = 0, algos=None,
+               per_image: bool = True) -> Plan:
+    """per_image: whether chains of thunks on large values may run image by image
+    (segments.py; also needs plan_memory, Config.per_image_mib > 0 and a backend that can)."""
     order = needed_nodes(nodes, outputs.values())
     shapes = infer_concrete(nodes, params, input_shapes, order)
     lower = LowerCtx(shapes, frozenset(params))
@@ -186,9 +191,19 @@ def build_plan(nodes, params, outputs: Dict[str, int], input_shapes, config: Con
             taken.add(v)
     values = list(order) + new_values
     pinned = set(outputs.values()) | {i for i in order if nodes[i].op in SOURCES}
-    buffers = [A.Buffer(i, stored_bytes(shapes[i], layout_of.get(i, PLAIN)), -1 if i in pinned else produced_at[i],
-                        _FOREVER if i in pinned else last_read.get(i, produced_at[i]))
-               for i in values] + extra
+    segments = ()
+    if per_image and plan_memory and not guard_bytes and config.per_image_mib > 0:
+        segments = tuple(find_segments(records, [c.algo for c in choices], shapes, layout_of, produced_at, last_read,
+                                       frozenset(outputs.values()), getattr(backend, "per_image_algos", ()),
+                                       int(config.per_image_mib * 2 ** 20)))
+    step = {v: seg.step for seg in segments for v in seg.internal}      # a segment's values: a call's images
+    buffers = [A.Buffer(i, image_bytes(shapes[i], layout_of.get(i, PLAIN), step[i]) if i in step else
+                        stored_bytes(shapes[i], layout_of.get(i, PLAIN)),
+                        *((-1, _FOREVER) if i in pinned else
+                          live_range(i, produced_at[i], last_read.get(i, produced_at[i]), segments)))
+               for i in values]
+    buffers += [A.Buffer(b.vid, b.nbytes, *live_range(b.vid, b.first, b.last, segments)) if b.first >= 0 else b
+                for b in extra]            # scratch: used by every image's call
     if guard_bytes:
         if plan_memory:
             raise ValueError("guard_bytes needs plan_memory=False: with reuse a guard zone may hold another value")
@@ -197,8 +212,13 @@ def build_plan(nodes, params, outputs: Dict[str, int], input_shapes, config: Con
         (offsets, total), guards = A.plan_offsets(buffers, reuse=plan_memory), ()
     offsets[ABSENT] = ABSENT
     thunks = []
-    for rec, choice, (sid, pid) in zip(records, choices, slots):
-        th = Thunk(rec, choice.algo, choice.why, tuple(offsets[v] for v in rec.value_ids()),
+    for k, (rec, choice, (sid, pid)) in enumerate(zip(records, choices, slots)):
+        why = choice.why
+        for seg in segments:
+            if seg.start <= k < seg.stop:
+                why += (f"; image by image with thunks {seg.start}-{seg.stop - 1} (the values between them "
+                        f"held one image at a time)")
+        th = Thunk(rec, choice.algo, why, tuple(offsets[v] for v in rec.value_ids()),
                    offsets[sid], choice.scratch_bytes, offsets[pid], choice.persistent_bytes, choice.tiling,
                    tuple((r, layout_of[v]) for r, v in zip(rec.roles(), rec.value_ids()) if v in layout_of))
         assert all(o == ABSENT or o % A.ALIGN == 0 for o in th.offsets + (th.scratch_off, th.persistent_off))
@@ -213,4 +233,4 @@ def build_plan(nodes, params, outputs: Dict[str, int], input_shapes, config: Con
         params=tuple((offsets[i], params[i]) for i in order if nodes[i].op == "Param"),
         guards=guards, layouts=layout_of,
         input_layouts={name: layout_of.get(v, PLAIN) for name, v in in_names.items()},
-        sole_outputs=sole)
+        sole_outputs=sole, segments=segments)
