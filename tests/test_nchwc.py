@@ -744,3 +744,31 @@ def test_nchwc_pool_backward_picks_pytorchs_winner_at_every_width(case, width):
     assert (main_thunk(exe).algo, main_thunk(exe).tiling.lanes) == ("nchwc_pool_backward", width)
     assert np.isinf(ref).any()
     np.testing.assert_array_equal(out, ref)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("blocks", [3, 5])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_nchwc_1x1_last_three_blocks_in_4x3_tiles(width, blocks, stride):
+    """An odd count of output blocks (the last one partial) runs its last three in 4 x 3 tiles:
+    a plane of 63 or 20 pixels (4-pixel tiles and a partial one), written plain as a graph
+    output, and blocked with a residual add and relu fused into the store."""
+    rng = np.random.default_rng(53 + blocks)
+    k = blocks * width - (1 if width > 1 else 0)
+    g = rx.Graph()
+    x = g.input("x", (2, 2 * width + 3, 7 * stride, 9 * stride - 1))
+    w = g.param("w", rand(rng, k, 2 * width + 3, 1, 1))
+    b = g.param("b", rand(rng, k))
+    g.output("plain", g.conv(x, w, bias=b, stride=stride, name="plain"))
+    fused = g.conv(x, w, bias=b, stride=stride, name="fused")
+    r = g.input("r", tuple(fused.shape))
+    g.output("y", g.relu(g.add(fused, r)))
+    exe = rx.compile(g, rx.Config(conv_algo="nchwc_1x1", simd_width=width))
+    th = {t.node.split("+")[0]: t for t in exe.thunks if t.algo != "reorder"}
+    for name in ("plain", "fused"):
+        assert th[name].algo == "nchwc_1x1" and "the last three blocks in 4 x 3 tiles" in th[name].why, exe.explain()
+    assert "residual add + relu" in th["fused"].why
+    feeds = {"x": rand(rng, *x.shape), "r": rand(rng, *fused.shape)}
+    got, want = exe.run(feeds), rx.compile(g, REFERENCE).run(feeds)
+    for name in ("plain", "y"):
+        assert_close(got[name], want[name], TOL, f"4x3 tiles {name} {width} {blocks} {stride}")

@@ -44,6 +44,15 @@ def eligible(g, lanes: int):
     return None
 
 
+def last_three_tiled(g, lanes: int, threads: int) -> bool:
+    """Whether conv1x1 runs the last three output blocks in 4 x 3 tiles (an odd count of
+    blocks, at least 3, whose last group of pairs holds the last pair and the lone block)."""
+    ocb = group_blocks(g, lanes)[1]
+    pairs = -(-ocb // 2)
+    gpairs = work_split(g, lanes, threads)[1]
+    return ocb % 2 == 1 and ocb >= 3 and pairs - (ceil(pairs / gpairs) - 1) * gpairs >= 2
+
+
 def work_split(g, lanes: int, threads: int) -> tuple:
     """(pixels per item, output pairs per item) for a 2-D (lifted) geometry: pair groups
     whose weights fit WEIGHT_BYTES, then runs of about 8 tiles, fewer where the items would
@@ -69,6 +78,29 @@ def _fma_6x1(a, o0, o1, o2, o3, o4, o5, w0, acc6, L):
     a0, a1, a2, a3, a4, a5 = acc6
     return (vfma(vbcast(a, o0, L), w0, a0), vfma(vbcast(a, o1, L), w0, a1), vfma(vbcast(a, o2, L), w0, a2),
             vfma(vbcast(a, o3, L), w0, a3), vfma(vbcast(a, o4, L), w0, a4), vfma(vbcast(a, o5, L), w0, a5))
+
+
+@inlined
+def _fma_4x3(a, o0, o1, o2, o3, w0, w1, w2, acc, L):
+    """x at o0..o3 (broadcast) times three weight vectors, 12 accumulators (pixel-major)."""
+    a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32 = acc
+    xv = vbcast(a, o0, L)
+    a00 = vfma(xv, w0, a00)
+    a01 = vfma(xv, w1, a01)
+    a02 = vfma(xv, w2, a02)
+    xv = vbcast(a, o1, L)
+    a10 = vfma(xv, w0, a10)
+    a11 = vfma(xv, w1, a11)
+    a12 = vfma(xv, w2, a12)
+    xv = vbcast(a, o2, L)
+    a20 = vfma(xv, w0, a20)
+    a21 = vfma(xv, w1, a21)
+    a22 = vfma(xv, w2, a22)
+    xv = vbcast(a, o3, L)
+    a30 = vfma(xv, w0, a30)
+    a31 = vfma(xv, w1, a31)
+    a32 = vfma(xv, w2, a32)
+    return a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32
 
 
 @inlined
@@ -99,6 +131,49 @@ def _pair_sums(a, xn, d0, d1, d2, d3, d4, d5, p0, ob0, CB, HW, L):
             acc = _fma_6x2(a, xb + d0 + ci, xb + d1 + ci, xb + d2 + ci, xb + d3 + ci, xb + d4 + ci,
                            xb + d5 + ci, vload(a, w0 + ci * V, L), vload(a, w1 + ci * V, L), acc, L)
     return acc
+
+
+@inlined
+def _triple_sums(a, xn, d0, d1, d2, d3, p0, ob0, CB, HW, L):
+    """The 12 sums of 4 pixels (x at xn + d0 .. xn + d3 in each input block) through output
+    blocks ob0, ob0 + 1 and ob0 + 2, over all CB input blocks."""
+    V = nlanes(L)
+    acc = _zeros12(L)
+    for ib in range(CB):
+        xb = xn + ib * HW * V
+        w0 = p0 + (ob0 * CB + ib) * V * V
+        w1 = w0 + CB * V * V
+        w2 = w1 + CB * V * V
+        for ci in range(V):
+            acc = _fma_4x3(a, xb + d0 + ci, xb + d1 + ci, xb + d2 + ci, xb + d3 + ci, vload(a, w0 + ci * V, L),
+                           vload(a, w1 + ci * V, L), vload(a, w2 + ci * V, L), acc, L)
+    return acc
+
+
+@inlined
+def _triple(a, xn, p0, ya, y0, y_plain, n, q0, live, K, P, HW, OW, Wi, sh, sw, CB, OCB, bias0, contiguous,
+            ep, ra, L):
+    """Up to 4 pixels from q0 through an odd count's last three output blocks: 4 x 3
+    accumulators (a pair's 6 x 2 tile and a lone block's 6 x 1, whose 6 sums wait on the
+    FMA latency, took 15 loads for 18 FMAs)."""
+    V = nlanes(L)
+    ob0 = OCB - 3
+    d0, d1, d2, d3, d4, d5 = _tile_pixels(q0, live, contiguous, OW, Wi, sh, sw, V)
+    if contiguous and live == 4:
+        acc = _triple_sums(a, xn + d0, 0, V, 2 * V, 3 * V, p0, ob0, CB, HW, L)
+    else:
+        acc = _triple_sums(a, xn, d0, d1, d2, d3, p0, ob0, CB, HW, L)
+    a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32 = acc
+    z = vzero(L)
+    bv = vload(a, bias0 + ob0 * V, L)
+    _put_block(ya, y0, y_plain, n, ob0, OCB, K, P, q0, live, vadd(a00, bv), vadd(a10, bv), vadd(a20, bv),
+               vadd(a30, bv), z, z, ep, ra, L)
+    bv = vload(a, bias0 + (ob0 + 1) * V, L)
+    _put_block(ya, y0, y_plain, n, ob0 + 1, OCB, K, P, q0, live, vadd(a01, bv), vadd(a11, bv), vadd(a21, bv),
+               vadd(a31, bv), z, z, ep, ra, L)
+    bv = vload(a, bias0 + (ob0 + 2) * V, L)
+    _put_block(ya, y0, y_plain, n, ob0 + 2, OCB, K, P, q0, live, vadd(a02, bv), vadd(a12, bv), vadd(a22, bv),
+               vadd(a32, bv), z, z, ep, ra, L)
 
 
 @inlined
@@ -158,7 +233,13 @@ def conv1x1(a, x0, p0, ya, y0, y_plain, K, N, H, Wi, OH, OW, sh, sw, CB, OCB, ch
         pr0 = gp * gpairs
         npr = min(pairs, pr0 + gpairs) - pr0
         q1 = ch * chunk
-        nt = (min(P, q1 + chunk) - q1 + TP - 1) // TP
+        q_end = min(P, q1 + chunk)
+        nt = (q_end - q1 + TP - 1) // TP
+        # an odd count of output blocks whose last pair and lone block are both this item's:
+        # the three go through 4 x 3 tiles of their own (MobileNetV2's 144 -> 24 at 56x56)
+        triple = OCB % 2 == 1 and OCB >= 3 and pr0 + npr == pairs and npr >= 2
+        if triple:
+            npr -= 2
         # where the run's x fits in L1 (few input channels, stride 1) each pair sweeps the run,
         # writing y in long runs per block (24 -> 144 @56: 4% faster); else each tile goes
         # through every pair while it is in L1 (64 -> 128 @56 stride 2: 11% faster)
@@ -173,3 +254,7 @@ def conv1x1(a, x0, p0, ya, y0, y_plain, K, N, H, Wi, OH, OW, sh, sw, CB, OCB, ch
                 for pr in range(pr0, pr0 + npr):
                     _tile(a, xn, p0, ya, y0, y_plain, n, pr, q1 + t * TP, q1, chunk, K, P, HW, OW, Wi, sh, sw,
                           CB, OCB, bias0, contiguous, ep, ra, L)
+        if triple:
+            for q in range(q1, q_end, 4):
+                _triple(a, xn, p0, ya, y0, y_plain, n, q, min(4, q_end - q), K, P, HW, OW, Wi, sh, sw, CB, OCB,
+                        bias0, contiguous, ep, ra, L)
