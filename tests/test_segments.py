@@ -98,6 +98,10 @@ def test_batch_one_and_the_off_switch_run_whole_batches():
     assert not _segments(rx.compile(inverted_residual_net(), Config(per_image_mib=0)), 2)
     # the default threshold (4 MiB) leaves this small net's values whole
     assert not _segments(rx.compile(inverted_residual_net()), 4)
+    # an endless threshold takes nothing (and the plan still builds and runs)
+    never = rx.compile(inverted_residual_net(), Config(per_image_mib=float("inf")))
+    assert not _segments(never, 3)
+    assert np.isfinite(never.run({"x": _x(3)})["y"]).all()
 
 
 def test_a_graph_output_inside_the_chain_is_written_whole():
@@ -134,7 +138,7 @@ def test_depth_first_order_interleaves_a_segments_images():
     assert depth_first(2, []) == [(0, -1, 0), (1, -1, 0)]
 
 
-@pytest.mark.parametrize("raw,mib", [("off", 0.0), ("0", 0.0), ("2.5", 2.5), ("8", 8.0)])
+@pytest.mark.parametrize("raw,mib", [("off", 0.0), ("0", 0.0), ("2.5", 2.5), ("8", 8.0), ("inf", float("inf"))])
 def test_the_flag_takes_off_or_a_size(raw, mib):
     assert Config.from_env({"RLX_PER_IMAGE": raw}).per_image_mib == mib
 

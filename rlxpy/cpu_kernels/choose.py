@@ -98,7 +98,7 @@ def nchwc_1x1_choice(g: ConvGeometry, ctx: ChoiceContext, why: str, passed=()) -
     lanes = _lanes(ctx)
     chunk, pairs = nchwc_1x1.work_split(g.lifted(2), lanes, ctx.threads)
     blocks = min(2 * pairs, -(-g.y_shape[1] // lanes))
-    three = ", the last three blocks in 4 x 3 tiles" if nchwc_1x1.last_three_tiled(g.lifted(2), lanes, ctx.threads) else ""
+    three = ", the last three blocks in 4 x 3 tiles" if nchwc_1x1.last_three_tiled(g.lifted(2), lanes, pairs) else ""
     return _capped(Choice("nchwc_1x1", f"{why} (NCHW{lanes}c GEMM: each 6-pixel tile of x through {blocks} output "
                                        f"blocks of {lanes} channels a work item{three}){_then(passed)}",
                           0, 4 * nchwc.packed_floats(g.lifted(2), lanes),

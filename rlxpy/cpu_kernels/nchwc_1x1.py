@@ -44,12 +44,12 @@ def eligible(g, lanes: int):
     return None
 
 
-def last_three_tiled(g, lanes: int, threads: int) -> bool:
+def last_three_tiled(g, lanes: int, gpairs: int) -> bool:
     """Whether conv1x1 runs the last three output blocks in 4 x 3 tiles (an odd count of
-    blocks, at least 3, whose last group of pairs holds the last pair and the lone block)."""
+    blocks, at least 3, whose last group of gpairs pairs (work_split) holds the last pair
+    and the lone block)."""
     ocb = group_blocks(g, lanes)[1]
     pairs = -(-ocb // 2)
-    gpairs = work_split(g, lanes, threads)[1]
     return ocb % 2 == 1 and ocb >= 3 and pairs - (ceil(pairs / gpairs) - 1) * gpairs >= 2
 
 

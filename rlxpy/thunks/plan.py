@@ -195,14 +195,14 @@ def build_plan(nodes, params, outputs: Dict[str, int], input_shapes, config: Con
     if per_image and plan_memory and not guard_bytes and config.per_image_mib > 0:
         segments = tuple(find_segments(records, [c.algo for c in choices], shapes, layout_of, produced_at, last_read,
                                        frozenset(outputs.values()), getattr(backend, "per_image_algos", ()),
-                                       int(config.per_image_mib * 2 ** 20)))
+                                       config.per_image_mib * 2 ** 20))     # (inf: none)
     step = {v: seg.step for seg in segments for v in seg.internal}      # a segment's values: a call's images
     buffers = [A.Buffer(i, image_bytes(shapes[i], layout_of.get(i, PLAIN), step[i]) if i in step else
                         stored_bytes(shapes[i], layout_of.get(i, PLAIN)),
                         *((-1, _FOREVER) if i in pinned else
-                          live_range(i, produced_at[i], last_read.get(i, produced_at[i]), segments)))
+                          live_range(produced_at[i], last_read.get(i, produced_at[i]), segments)))
                for i in values]
-    buffers += [A.Buffer(b.vid, b.nbytes, *live_range(b.vid, b.first, b.last, segments)) if b.first >= 0 else b
+    buffers += [A.Buffer(b.vid, b.nbytes, *live_range(b.first, b.last, segments)) if b.first >= 0 else b
                 for b in extra]            # scratch: used by every image's call
     if guard_bytes:
         if plan_memory:

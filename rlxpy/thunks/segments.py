@@ -61,7 +61,7 @@ def _eligible(rec: Record, algo: str, per_image_algos, outputs: FrozenSet[int], 
 
 def find_segments(records: Sequence[Record], algos: Sequence[str], shapes: Dict[int, tuple],
                   layout_of: Dict[int, str], produced_at: Dict[int, int], last_read: Dict[int, int],
-                  outputs: FrozenSet[int], per_image_algos, min_bytes: int) -> List[Segment]:
+                  outputs: FrozenSet[int], per_image_algos, min_bytes: float) -> List[Segment]:
     """The plan's segments (see the module's docstring), in order."""
     def big(v):
         return v in shapes and stored_bytes(shapes[v], layout_of.get(v, PLAIN)) >= min_bytes
@@ -87,7 +87,7 @@ def find_segments(records: Sequence[Record], algos: Sequence[str], shapes: Dict[
     return segments
 
 
-def live_range(vid: int, first: int, last: int, segments: Sequence[Segment]) -> Tuple[int, int]:
+def live_range(first: int, last: int, segments: Sequence[Segment]) -> Tuple[int, int]:
     """A value's (or a scratch buffer's) thunks of life widened to every segment it is made or
     read in: a segment's images interleave its thunks' calls, so what one of them touches is
     in use from the segment's first call to its last."""
@@ -105,7 +105,7 @@ def image_bytes(shape, layout: str, images: int = 1) -> int:
 
 
 def _with_batch(obj, n: int):
-    """A record's geometry (and the geometries inside it) with batch n."""
+    """A record's geometry with batch n (its x_shape and y_shape)."""
     changes = {}
     for name in ("x_shape", "y_shape"):
         if hasattr(obj, name):
