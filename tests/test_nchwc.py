@@ -772,3 +772,36 @@ def test_nchwc_1x1_last_three_blocks_in_4x3_tiles(width, blocks, stride):
     got, want = exe.run(feeds), rx.compile(g, REFERENCE).run(feeds)
     for name in ("plain", "y"):
         assert_close(got[name], want[name], TOL, f"4x3 tiles {name} {width} {blocks} {stride}")
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("blocks, stride, groups", [(1, 1, 1), (3, 1, 1), (1, 2, 1), (3, 2, 2)])
+def test_a_lone_output_block_runs_in_12_pixel_tiles(width, blocks, stride, groups):
+    """A group whose output blocks end on one with no partner (1 or 3 blocks) runs it 12
+    pixels (two tiles) at a time: interior and border tiles, tiles across rows, a last run of
+    fewer than 12 pixels, groups, stride 2, a fused residual add + relu, and the plain-input
+    kernel's rows of 12 where its one block is alone."""
+    rng = np.random.default_rng(61 + blocks + stride)
+    if groups == 1:       # the last block partial
+        cin, k = 2 * width + 3, blocks * width - (1 if width > 1 else 0)
+    else:                 # whole blocks per group, as grouped blocked convs need
+        cin, k = groups * width, groups * blocks * width
+    g = rx.Graph()
+    x = g.input("x", (2, cin, 13 * stride, 29 * stride - 1))
+    w = g.param("w", rand(rng, k, cin // groups, 3, 3))
+    b = g.param("b", rand(rng, k))
+    fused = g.conv(x, w, bias=b, stride=stride, padding=((1, 0), (2, 1)), groups=groups, name="direct")
+    r = g.input("r", tuple(fused.shape))
+    g.output("y", g.relu(g.add(fused, r)))
+    xs = g.input("xs", (1, 3, 11, 41))
+    g.output("stem", g.relu(g.conv(xs, g.param("ws", rand(rng, min(width, 5), 3, 3, 3)), stride=stride, padding=1,
+                                   name="stem")))
+    exe = rx.compile(g, rx.Config(simd_width=width), algos={"direct": "nchwc_direct", "stem": "nchwc_plain_in"})
+    th = {t.node.split("+")[0]: t for t in exe.thunks if t.algo != "reorder"}
+    assert th["direct"].algo == "nchwc_direct" and "the lone last block in 12 pixels x 1 block tiles" in th["direct"].why
+    assert "residual add + relu" in th["direct"].why
+    assert th["stem"].algo == "nchwc_plain_in" and "12 pixels of a row x its one block" in th["stem"].why
+    feeds = {"x": rand(rng, *x.shape), "r": rand(rng, *fused.shape), "xs": rand(rng, 1, 3, 11, 41)}
+    got, want = exe.run(feeds), rx.compile(g, REFERENCE).run(feeds)
+    for name in ("y", "stem"):
+        assert_close(got[name], want[name], TOL, f"lone block {name} {width} {blocks} {stride} {groups}")

@@ -78,6 +78,12 @@ def group_blocks(g, lanes: int) -> tuple:
     return g.cin_g // lanes, g.cout_g // lanes
 
 
+def lone_block(g, lanes: int) -> bool:
+    """Whether a group's output blocks end on one with no partner (an odd count): conv runs
+    it in tiles of 12 pixels x 1 block (conv_plain_in where its one group has one block)."""
+    return group_blocks(g, lanes)[1] % 2 == 1
+
+
 def packed_floats(g, lanes: int) -> int:
     """Packed weights [out block, kh, kw, in block of its group, V in, V out], then the bias
     padded to whole blocks, then V zeros (what taps in the padding read). Taps outer, input
@@ -489,6 +495,88 @@ def _pixel_pair_sums(a, xg, p0, ob0, ob1, oh, ow, od, D, H, Wi, OW, KD, KH, KW, 
     return vadd(vadd(a0, a2), vadd(a4, a6)), vadd(vadd(a1, a3), vadd(a5, a7))
 
 
+@inlined
+def _fma_12x1(a, o0, o1, o2, o3, o4, o5, o6, o7, o8, o9, o10, o11, w, acc, L):
+    """A lone block's micro-kernel: x at 12 pixels' offsets (two tiles of 6), broadcast, times
+    one weight vector, into 12 accumulators: the first tile's pixel k at acc[2k], the second's
+    at acc[2k + 1], where a 6 x 2 tile keeps its two blocks."""
+    a00, a01, a10, a11, a20, a21, a30, a31, a40, a41, a50, a51 = acc
+    a00 = vfma(vbcast(a, o0, L), w, a00)
+    a01 = vfma(vbcast(a, o6, L), w, a01)
+    a10 = vfma(vbcast(a, o1, L), w, a10)
+    a11 = vfma(vbcast(a, o7, L), w, a11)
+    a20 = vfma(vbcast(a, o2, L), w, a20)
+    a21 = vfma(vbcast(a, o8, L), w, a21)
+    a30 = vfma(vbcast(a, o3, L), w, a30)
+    a31 = vfma(vbcast(a, o9, L), w, a31)
+    a40 = vfma(vbcast(a, o4, L), w, a40)
+    a41 = vfma(vbcast(a, o10, L), w, a41)
+    a50 = vfma(vbcast(a, o5, L), w, a50)
+    a51 = vfma(vbcast(a, o11, L), w, a51)
+    return a00, a01, a10, a11, a20, a21, a30, a31, a40, a41, a50, a51
+
+
+@inlined
+def _lone_block_sums(a, xg, p0, ob0, od, org, orb, live_b, inside, D, H, Wi, KD, KH, KW, sd, pd, dd, dh, dw,
+                     CBg, HWV, BS, T, z0, L):
+    """Two tiles' sums (12 pixels: org's 6, then orb's live_b) through one output block, x's
+    group at xg: a group with an odd count of output blocks ends on a block with no partner,
+    where a 6 x 2 tile would compute it twice (UNet's 16-channel convs at 16 lanes ran at
+    half the FMA rate). inside: every tap of all 12 pixels is inside x."""
+    V = nlanes(L)
+    acc = _zeros12(L)
+    if inside:
+        d0, d1, d2, d3, d4, d5 = _pixel_offsets(org, Wi, V)
+        d6, d7, d8, d9, d10, d11 = _pixel_offsets(orb, Wi, V)
+        for kd in range(KD):
+            idp = od * sd - pd + kd * dd
+            if idp < 0 or idp >= D:
+                continue
+            for i in range(KH):
+                for j in range(KW):
+                    xb = xg + idp * HWV + (i * dh * Wi + j * dw) * V
+                    wb = p0 + (ob0 * T + (kd * KH + i) * KW + j) * CBg * V * V
+                    for ib in range(CBg):
+                        for ci in range(V):
+                            acc = _fma_12x1(a, xb + d0 + ci, xb + d1 + ci, xb + d2 + ci, xb + d3 + ci,
+                                            xb + d4 + ci, xb + d5 + ci, xb + d6 + ci, xb + d7 + ci, xb + d8 + ci,
+                                            xb + d9 + ci, xb + d10 + ci, xb + d11 + ci, vload(a, wb + ci * V, L),
+                                            acc, L)
+                        xb += BS
+                        wb += V * V
+        return acc
+    for kd in range(KD):
+        idp = od * sd - pd + kd * dd
+        if idp < 0 or idp >= D:
+            continue
+        xb = xg + idp * HWV
+        for i in range(KH):
+            for j in range(KW):
+                o0, o1, o2, o3, o4, o5 = _offsets(xb, org, i * dh, j * dw, H, Wi, V, z0, TP)
+                o6, o7, o8, o9, o10, o11 = _offsets(xb, orb, i * dh, j * dw, H, Wi, V, z0, live_b)
+                s0, s1, s2, s3, s4, s5 = _block_steps(o0, o1, o2, o3, o4, o5, z0, BS)
+                s6, s7, s8, s9, s10, s11 = _block_steps(o6, o7, o8, o9, o10, o11, z0, BS)
+                wb = p0 + (ob0 * T + (kd * KH + i) * KW + j) * CBg * V * V
+                for ib in range(CBg):
+                    for ci in range(V):
+                        acc = _fma_12x1(a, o0 + ci, o1 + ci, o2 + ci, o3 + ci, o4 + ci, o5 + ci, o6 + ci, o7 + ci,
+                                        o8 + ci, o9 + ci, o10 + ci, o11 + ci, vload(a, wb + ci * V, L), acc, L)
+                    o0 += s0
+                    o1 += s1
+                    o2 += s2
+                    o3 += s3
+                    o4 += s4
+                    o5 += s5
+                    o6 += s6
+                    o7 += s7
+                    o8 += s8
+                    o9 += s9
+                    o10 += s10
+                    o11 += s11
+                    wb += V * V
+    return acc
+
+
 @parallel_kernel
 def conv(a, x0, p0, ya, y0, y_plain, K, N, D, H, Wi, OD, OH, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw,
          groups, CBg, OCBg, chunk, gp, epi, L):
@@ -522,8 +610,30 @@ def conv(a, x0, p0, ya, y0, y_plain, K, N, D, H, Wi, OD, OH, OW, KD, KH, KW, sd,
         p_end, oh, ow = _chunk(ch, chunk, P, OW)
         HWV = H * Wi * V
         BS = D * HWV                # one block of x
-        for q0 in range(ch * chunk, p_end, TP):
+        q0 = ch * chunk
+        while q0 < p_end:
             live = min(TP, p_end - q0)
+            if not two and live == TP and p_end - q0 > TP + SLIVER:
+                # a lone block: 12 pixels (two tiles) a step, each weight vector loaded once
+                live_b = min(TP, p_end - q0 - TP)
+                org = _origins(oh, ow, TP, OW, sh, sw, ph, pw)
+                orb = _origins(org[12], org[13], live_b, OW, sh, sw, ph, pw)
+                oh, ow = orb[12], orb[13]
+                org = org[:12]
+                orb = orb[:12]
+                inside = (_tile_inside(TP, org[0], org[1], org[10], org[11], H, Wi, KH, KW, dh, dw, OW, sw, pw)
+                          and _tile_inside(live_b, orb[0], orb[1], orb[10], orb[11], H, Wi, KH, KW, dh, dw, OW,
+                                           sw, pw))
+                acc = _lone_block_sums(a, x0 + (n * CB + g * CBg) * BS, p0, ob0, od, org, orb, live_b, inside, D, H,
+                                       Wi, KD, KH, KW, sd, pd, dd, dh, dw, CBg, HWV, BS, T, z0, L)
+                bv = vload(a, bias0 + ob0 * V, L)
+                a00, a01, a10, a11, a20, a21, a30, a31, a40, a41, a50, a51 = acc
+                _put_block(ya, y0, y_plain, n, ob0, OCB, K, OD * P, od * P + q0, TP, vadd(a00, bv), vadd(a10, bv),
+                           vadd(a20, bv), vadd(a30, bv), vadd(a40, bv), vadd(a50, bv), ep, ra, L)
+                _put_block(ya, y0, y_plain, n, ob0, OCB, K, OD * P, od * P + q0 + TP, live_b, vadd(a01, bv),
+                           vadd(a11, bv), vadd(a21, bv), vadd(a31, bv), vadd(a41, bv), vadd(a51, bv), ep, ra, L)
+                q0 += 2 * TP
+                continue
             if live <= SLIVER:
                 # a plane's last 1-2 pixels (7x7 = 8 tiles and 1): a pixel at a time, not a
                 # whole tile's FMAs (its last tile; no later tile needs oh, ow)
@@ -535,7 +645,7 @@ def conv(a, x0, p0, ya, y0, y_plain, K, N, D, H, Wi, OD, OH, OW, KD, KH, KW, sd,
                     _put_tile(ya, y0, y_plain, n, ob0, ob1, two, od * P + q, 1, K, OD * P, OCB,
                               vload(a, bias0 + ob0 * V, L), vload(a, bias0 + ob1 * V, L),
                               (s0, s1, z, z, z, z, z, z, z, z, z, z), ep, ra, L)
-                continue
+                break
             org = _origins(oh, ow, live, OW, sh, sw, ph, pw)
             oh, ow = org[12], org[13]
             org = org[:12]
@@ -598,6 +708,7 @@ def conv(a, x0, p0, ya, y0, y_plain, K, N, D, H, Wi, OD, OH, OW, KD, KH, KW, sd,
                                 wb1 += V * V
             _put_tile(ya, y0, y_plain, n, ob0, ob1, two, od * P + q0, live, K, OD * P, OCB,
                       vload(a, bias0 + ob0 * V, L), vload(a, bias0 + ob1 * V, L), acc, ep, ra, L)
+            q0 += TP
 
 
 # --- few input channels: x read plain ---------------------------------------------------
@@ -663,6 +774,17 @@ def _tap_table_tile(a, xb, s1, s2, s3, s4, s5, x_tap, w_tap, m, wb0, wb1, acc, L
     return acc
 
 
+@inlined
+def _tap_table_lone(a, xb, s, x_tap, w_tap, m, wb, acc, L):
+    """_tap_table_tile for a lone output block: 12 pixels s floats apart (two tiles), one
+    weight vector per tap (a 6 x 2 tile would compute the block twice)."""
+    for t in range(m):
+        xo = xb + x_tap[t]
+        acc = _fma_12x1(a, xo, xo + s, xo + 2 * s, xo + 3 * s, xo + 4 * s, xo + 5 * s, xo + 6 * s, xo + 7 * s,
+                        xo + 8 * s, xo + 9 * s, xo + 10 * s, xo + 11 * s, vload(a, wb + w_tap[t], L), acc, L)
+    return acc
+
+
 @parallel_kernel
 def conv_plain_in(a, x0, p0, ya, y0, y_plain, K, N, C, D, H, Wi, OD, OH, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw,
                   dd, dh, dw, rows, epi, L):
@@ -716,10 +838,30 @@ def conv_plain_in(a, x0, p0, ya, y0, y_plain, K, N, C, D, H, Wi, OD, OH, OW, KD,
                             x_tap[m] = ((n * C + c) * D + idp) * H * Wi + i * dh * Wi + j * dw
                             w_tap[m] = (c * T + (kd * KH + i) * KW + j) * V
                             m += 1
-            for q in range(ow_lo, tile_hi, TP):
+            q = ow_lo
+            while q < tile_hi:
                 live = min(TP, tile_hi - q)
-                s1, s2, s3, s4, s5 = _row_steps(live, sw)
                 xb = x0 + ih0 * Wi + q * sw - pw        # negative above x: only rows from i_lo are read
+                if OCB == 1 and q + 2 * TP <= tile_hi:
+                    # one output block: 12 pixels a step, each weight vector loaded once (the
+                    # UNet's 3 -> 16 @64 at 16 lanes)
+                    acc = _zeros12(L)
+                    if sw == 1:
+                        acc = _tap_table_lone(a, xb, 1, x_tap, w_tap, m, p0, acc, L)
+                    elif sw == 2:
+                        acc = _tap_table_lone(a, xb, 2, x_tap, w_tap, m, p0, acc, L)
+                    else:
+                        acc = _tap_table_lone(a, xb, sw, x_tap, w_tap, m, p0, acc, L)
+                    bv = vload(a, bias0, L)
+                    a00, a01, a10, a11, a20, a21, a30, a31, a40, a41, a50, a51 = acc
+                    at = od * P + oh * OW + q
+                    _put_block(ya, y0, y_plain, n, 0, OCB, K, OD * P, at, TP, vadd(a00, bv), vadd(a10, bv),
+                               vadd(a20, bv), vadd(a30, bv), vadd(a40, bv), vadd(a50, bv), ep, ra, L)
+                    _put_block(ya, y0, y_plain, n, 0, OCB, K, OD * P, at + TP, TP, vadd(a01, bv), vadd(a11, bv),
+                               vadd(a21, bv), vadd(a31, bv), vadd(a41, bv), vadd(a51, bv), ep, ra, L)
+                    q += 2 * TP
+                    continue
+                s1, s2, s3, s4, s5 = _row_steps(live, sw)
                 for pr in range(pairs):
                     ob0, two, ob1 = _pair_blocks(pr, OCB)
                     wb0 = p0 + ob0 * C * T * V
@@ -735,6 +877,7 @@ def conv_plain_in(a, x0, p0, ya, y0, y_plain, K, N, C, D, H, Wi, OD, OH, OW, KD,
                         acc = _tap_table_tile(a, xb, s1, s2, s3, s4, s5, x_tap, w_tap, m, wb0, wb1, acc, L)
                     _put_tile(ya, y0, y_plain, n, ob0, ob1, two, od * P + oh * OW + q, live, K, OD * P, OCB,
                               vload(a, bias0 + ob0 * V, L), vload(a, bias0 + ob1 * V, L), acc, ep, ra, L)
+                q += TP
             for b in range(OW - (tile_hi - ow_lo)):      # the pixel-at-a-time columns, left then right
                 ow = b if b < ow_lo else tile_hi + b - ow_lo
                 iw0 = ow * sw - pw
