@@ -703,6 +703,31 @@ def test_nchwc_subpixel_matches_reference_at_every_width(case, width):
     assert_close(out, ref, TOL, f"{th.algo} {width} {case.id}")
 
 
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("n, c, k, ks, stride", [(2, 32, 32, 4, 2), (1, 64, 32, 2, 2), (2, 16, 16, 3, 1)])
+def test_strided_transposed_convs_default_to_subpixel_at_16_lanes_past_a_little_work(width, n, c, k, ks, stride):
+    """The default rule (choose.SUBPIXEL_MIN_LANES, SUBPIXEL_MIN_FLOPS): a strided 2-D
+    transposed conv takes nchwc_subpixel at 16 lanes from 8 MFLOP on, col2im below that and
+    at 8 or 1 lanes; stride 1 stays the forward conv's nchwc_direct. The default's numbers
+    match the reference's."""
+    rng = np.random.default_rng(67 + n + ks)
+    g = rx.Graph()
+    x = g.input("x", (n, c, 16, 16))
+    wt = g.param("w", rand(rng, c, k, ks, ks))
+    g.output("y", g.relu(g.conv_transpose2d(x, wt, g.param("b", rand(rng, k)), stride=stride, padding=1, name="t")))
+    exe = rx.compile(g, rx.Config(simd_width=width))
+    th = next(t for t in exe.thunks if t.node.startswith("t"))
+    work = 2 * n * c * 16 * 16 * k * ks * ks
+    if stride == 1:
+        assert th.algo == ("nchwc_direct" if width > 1 else "col2im"), th.why
+    elif width == 16 and work >= 8e6:
+        assert th.algo == "nchwc_subpixel" and th.why.startswith("strided, 16 lanes"), th.why
+    else:
+        assert th.algo == "col2im", th.why
+    feeds = {"x": rand(rng, n, c, 16, 16)}
+    assert_close(exe.run(feeds)["y"], rx.compile(g, REFERENCE).run(feeds)["y"], TOL, f"{th.algo} {width}")
+
+
 @pytest.mark.parametrize("n_out, k, s, p, d", [(10, 4, 2, 1, 1), (9, 3, 3, 2, 2), (7, 2, 4, 0, 1), (12, 3, 2, 1, 2),
                                                (5, 5, 3, 4, 1)])
 def test_subpixel_phases_cover_every_output_once_with_every_tap_once(n_out, k, s, p, d):

@@ -511,12 +511,34 @@ def subpixel_choice(rec, ctx: ChoiceContext, why: str) -> Choice:
                           Tiling(lanes=lanes), ((src, blocked(lanes)), (dst, blocked(lanes)))))
 
 
+# A strided 2-D transposed conv at 16 lanes takes nchwc_subpixel from this much work on:
+# on a Zen5 EPYC (AVX-512, 2 threads) it ran 1.4-2.0x col2im on seven of nine decoder shapes
+# (8x256@16 4x4 s2: 4.9 against 9.9 ms; 1x64@56 2x2 s2: 0.62 against 0.91), even at 37.7
+# MFLOP (32@64 3x3 s2: 0.37 against 0.40) and lost only the UNet's 4.2 MFLOP 64@16 2x2 s2 at
+# batch 1 (0.060 against 0.047: four phase launches for little work). At 8 lanes (AVX2
+# EPYCs) it ran 0.8-0.9x col2im, which stays the default there.
+SUBPIXEL_MIN_LANES = 16
+SUBPIXEL_MIN_FLOPS = 8e6
+
+
+def _subpixel_default(rec, ctx: ChoiceContext) -> Optional[Choice]:
+    g = rec.geometry
+    if (not ctx.config.fast_conv or _lanes(ctx) < SUBPIXEL_MIN_LANES or len(g.kernel) != 2
+            or max(g.stride) == 1 or subpixel.eligible(rec, _lanes(ctx)) is not None):
+        return None
+    if 2 * prod(g.x_shape) * g.cout_g * prod(g.kernel) < SUBPIXEL_MIN_FLOPS:
+        return None
+    return subpixel_choice(rec, ctx, f"strided, {SUBPIXEL_MIN_LANES} lanes")
+
+
 @chooser(R.ConvTranspose2d)
 @chooser(R.ConvTranspose3d)
 def choose_conv_transpose(rec, ctx: ChoiceContext) -> Choice:
     family = "conv_transpose3d" if isinstance(rec, R.ConvTranspose3d) else "conv_transpose2d"
     if (vec := _vector_transposed(rec, ctx)) is not None:
         return vec
+    if (sub := _subpixel_default(rec, ctx)) is not None:
+        return sub
     return col2im_choice(family, rec.geometry, ctx, transposed_in=True)
 
 
