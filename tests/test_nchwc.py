@@ -682,6 +682,31 @@ def test_nchwc_wgrad_matches_reference_at_every_width(case, width):
     assert_close(out, ref, TOL, f"{th.algo} {width} {case.id}")
 
 
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("rows, acc_bytes", [(1, 1 << 30), (3, 1 << 30), (4, 0)])
+def test_nchwc_wgrad_takes_the_pixels_a_few_rows_at_a_time(width, rows, acc_bytes, monkeypatch):
+    """Each worker takes its items through chunks of `rows` output rows (the accumulators
+    stored and reloaded between chunks, across images), or a whole image a chunk where its
+    accumulators would outgrow ACC_BYTES."""
+    from rlxpy.cpu_kernels import nchwc_wgrad
+    monkeypatch.setattr(nchwc_wgrad, "ROWS", rows)
+    monkeypatch.setattr(nchwc_wgrad, "ACC_BYTES", acc_bytes)
+    rng = np.random.default_rng(71 + rows)
+    for n, c, k, hw, stride in [(3, width + 5, 2 * width + 1, 10, 1), (2, 2 * width, width, 11, 2)]:
+        g = rx.Graph()
+        x = g.input("x", (n, c, hw, hw))
+        oh = (hw + 2 - 3) // stride + 1
+        dy = g.input("dy", (n, k, oh, oh))
+        g.output("dw", g.conv2d_backward_weight(x, dy, 3, stride=stride, padding=1, name="wg"))
+        exe = rx.compile(g, rx.Config(conv_algo="nchwc_wgrad", simd_width=width))
+        th = main_thunk(exe)
+        assert th.algo == "nchwc_wgrad"
+        assert nchwc_wgrad.chunk_rows(th.record.geometry, width, 2) == (rows if acc_bytes else oh)
+        feeds = {"x": rand(rng, n, c, hw, hw), "dy": rand(rng, n, k, oh, oh)}
+        assert_close(exe.run(feeds)["dw"], rx.compile(g, REFERENCE).run(feeds)["dw"], TOL,
+                     f"wgrad rows {rows} {width} {n}x{c}->{k}")
+
+
 SUBPIXEL_CASES = [c for c in cases("fast") + cases("reference")
                   if c.op in ("conv_transpose2d", "conv_transpose3d", "conv2d_backward_input")]
 
@@ -823,7 +848,8 @@ def test_a_lone_output_block_runs_in_12_pixel_tiles(width, blocks, stride, group
                                    name="stem")))
     exe = rx.compile(g, rx.Config(simd_width=width), algos={"direct": "nchwc_direct", "stem": "nchwc_plain_in"})
     th = {t.node.split("+")[0]: t for t in exe.thunks if t.algo != "reorder"}
-    assert th["direct"].algo == "nchwc_direct" and "the lone last block in 12 pixels x 1 block tiles" in th["direct"].why
+    assert th["direct"].algo == "nchwc_direct"
+    assert "the lone last block in 12 pixels x 1 block tiles" in th["direct"].why
     assert "residual add + relu" in th["direct"].why
     assert th["stem"].algo == "nchwc_plain_in" and "12 pixels of a row x its one block" in th["stem"].why
     feeds = {"x": rand(rng, *x.shape), "r": rand(rng, *fused.shape), "xs": rand(rng, 1, 3, 11, 41)}

@@ -614,7 +614,8 @@ def conv2d_backward_weight_nchwc(t, arena):
     (c, h, wi), (k, oh, ow) = g.x_shape[1:], g.y_shape[1:]
     return nchwc_wgrad.wgrad, (arena, t.off("x") // 4, t.off("dy") // 4, t.scratch_off // 4, arena, t.off("dw") // 4,
                                g.x_shape[0], c, h, wi, k, oh, ow, *g.kernel, *g.stride, *g.pad_begin, *g.dilation,
-                               g.groups, *nchwc.group_blocks(g, lanes), simd.lanes(lanes))
+                               g.groups, *nchwc.group_blocks(g, lanes), _threads(),
+                               nchwc_wgrad.chunk_rows(g, lanes, _threads()), simd.lanes(lanes))
 
 
 @runs(R.MaxPool2dBackward, "nchwc_pool_backward")
