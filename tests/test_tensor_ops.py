@@ -227,9 +227,13 @@ def test_a_conv_takes_in_its_residual_add_and_activation(config, last, torch_fn,
     exe = rx.compile(g, config, plan_memory=False, guard_bytes=256)      # and it writes only y
     fused = [t for t in exe.thunks if t.algo != "reorder"]
     assert [t.node for t in fused] == ["conv1+relu1", "conv2+add+act"]
-    assert "then residual add + " in exe.explain()
+    assert "residual add + " in fused[1].why
     if config.fast_conv:
         assert [dispatch.native_epilogue(t) for t in fused] == [True, native]
+    # explain() says where the epilogue runs: in the kernel's store, or a pass over y after it
+    in_store = [config.fast_conv, config.fast_conv and native]
+    assert [t.why.endswith(" in its store") for t in fused] == in_store, exe.explain()
+    assert [t.why.endswith(" in one pass over y") for t in fused] == [not s for s in in_store]
     xv = rand(rng, 2, 16, 9, 8)
     p = {g.nodes[v].name: T(a) for v, a in g.params.items()}
     xt = T(xv)

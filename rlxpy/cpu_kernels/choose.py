@@ -36,6 +36,13 @@ SCRATCH_CAP_BYTES = 2 << 30
 TILE_BYTES = 1 << 20
 
 
+# the kernels that take nchwc.conv's `epi` argument, and the epilogues it applies in its store
+# (a pass over y costs as much as a depthwise conv's own work when y has left the cache)
+NATIVE_EPILOGUE_ALGOS = ("nchwc_direct", "nchwc_1x1", "nchwc_plain_in", "nchwc_depthwise")
+NATIVE_EPILOGUE_RECORDS = (R.Conv2D, R.Conv2D1x1, R.Conv3d)
+NATIVE_ACTS = {"": 0, "relu": 1, "clip": 1}
+
+
 def choose(rec: R.Record, ctx: ChoiceContext) -> Choice:
     """The kernel for a record; a conv with a fused epilogue also stores y in the layout
     its kernel prefers (never plain instead) and reads the residual in that layout."""
@@ -46,8 +53,10 @@ def choose(rec: R.Record, ctx: ChoiceContext) -> Choice:
     layouts = ch.layouts + ((("r", y_layout),) if rec.r != R.ABSENT and y_layout != PLAIN else ())
     e = rec.epilogue
     what = " + ".join((["residual add"] if rec.r != R.ABSENT else []) + ([e.act] if e.act else []))
+    in_store = (ch.algo in NATIVE_EPILOGUE_ALGOS and type(rec) in NATIVE_EPILOGUE_RECORDS and e.act in NATIVE_ACTS
+                and y_layout != PLAIN)
     return replace(ch, layouts=layouts, plain_ok=tuple(p for p in ch.plain_ok if p != "y"),
-                   why=f"{ch.why}; then {what} in one pass over y")
+                   why=f"{ch.why}; {what} in its store" if in_store else f"{ch.why}; then {what} in one pass over y")
 
 
 def _choose(rec: R.Record, ctx: ChoiceContext) -> Choice:

@@ -17,6 +17,7 @@ from ..thunks.layout import PLAIN, lanes_of
 from ..thunks.records import ABSENT, Thunk
 from . import (backward, conv2d, conv3d, conv_transpose, direct_simd, im2col, nchwc, nchwc_1x1, nchwc_pool_backward,
                nchwc_wgrad, pool, resize, simd, subpixel, winograd_f4)
+from .choose import NATIVE_ACTS, NATIVE_EPILOGUE_ALGOS, NATIVE_EPILOGUE_RECORDS
 from .jit import bound_call
 
 EXEC: Dict[Tuple[Type[R.Record], str], Callable[[Thunk, np.ndarray], None]] = {}
@@ -285,7 +286,7 @@ def _nchwc_pack_args(t, arena):
             simd.lanes(lanes))
 
 
-NATIVE_ACTS = {"": 0, "relu": 1, "clip": 1}      # the epilogues nchwc.conv applies in its store
+
 
 
 def native_epilogue(t: Thunk) -> bool:
@@ -294,13 +295,10 @@ def native_epilogue(t: Thunk) -> bool:
     writing blocked y, residual add and relu / clip."""
     rec = t.record
     return (getattr(rec, "fused", False) and t.algo in NATIVE_EPILOGUE_ALGOS
-            and type(rec) in (R.Conv2D, R.Conv2D1x1, R.Conv3d)
+            and type(rec) in NATIVE_EPILOGUE_RECORDS
             and rec.epilogue.act in NATIVE_ACTS and t.layout("y") != PLAIN)
 
 
-# the kernels that take nchwc.conv's `epi` argument (a pass over y costs as much as a
-# depthwise conv's own work when y has left the cache)
-NATIVE_EPILOGUE_ALGOS = ("nchwc_direct", "nchwc_1x1", "nchwc_plain_in", "nchwc_depthwise")
 
 
 def _epi_args(t: Thunk, arena):
