@@ -856,3 +856,19 @@ def test_a_lone_output_block_runs_in_12_pixel_tiles(width, blocks, stride, group
     got, want = exe.run(feeds), rx.compile(g, REFERENCE).run(feeds)
     for name in ("y", "stem"):
         assert_close(got[name], want[name], TOL, f"lone block {name} {width} {blocks} {stride} {groups}")
+
+
+@pytest.mark.parametrize("hw, k, claimed", [(64, 16, True), (7, 16, False), (64, 32, False), (64, 48, True)])
+def test_explain_claims_the_lone_block_tiles_only_where_they_run(hw, k, claimed):
+    """A lone last block runs 12-pixel tiles only where a work item's pixels hold more than a
+    tile and a sliver (a 7x7 plane at batch 1 splits into 6-pixel items) and the count of
+    blocks is odd; the plain-input kernel only on rows of at least 12 interior columns."""
+    g = rx.Graph()
+    x = g.input("x", (1, 16, hw, hw))
+    g.output("y", g.conv(x, g.param("w", np.zeros((k, 16, 3, 3), np.float32)), padding=1, name="c"))
+    xs = g.input("xs", (1, 3, hw, hw))
+    g.output("s", g.conv(xs, g.param("ws", np.zeros((k, 3, 3, 3), np.float32)), padding=1, name="s"))
+    exe = rx.compile(g, rx.Config(simd_width=16), algos={"c": "nchwc_direct", "s": "nchwc_plain_in"})
+    th = {t.node: t for t in exe.thunks}
+    assert ("lone last block in 12 pixels" in th["c"].why) == claimed, th["c"].why
+    assert ("12 pixels of a row" in th["s"].why) == (k == 16 and hw - 2 >= 12), th["s"].why

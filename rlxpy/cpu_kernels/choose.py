@@ -96,7 +96,7 @@ def nchwc_choice(g: ConvGeometry, ctx: ChoiceContext, why: str, passed=(), roles
     chunk = nchwc.items(g.lifted(2), lanes, ctx.threads)
     split = "pixels" if nchwc.pixel_major(g, lanes) else "output blocks"
     images = ", each pair through the batch's images" if nchwc.pair_major(g, lanes) else ""
-    lone = ", the lone last block in 12 pixels x 1 block tiles" if nchwc.lone_block(g, lanes) else ""
+    lone = ", the lone last block in 12 pixels x 1 block tiles" if nchwc.lone_block_tiles(g, lanes, chunk) else ""
     return _capped(Choice("nchwc_direct", f"{why} (NCHW{lanes}c, 6 pixels x 2 blocks of {lanes} channels a "
                                           f"tile{lone}, {split} split over the threads{images}){_then(passed)}",
                           0, 4 * nchwc.packed_floats(g.lifted(2), lanes),
@@ -143,7 +143,7 @@ NCHWC_MAX_WASTE = 1.34
 def plain_in_choice(g: ConvGeometry, ctx: ChoiceContext, why: str, passed=()) -> Choice:
     lanes = _lanes(ctx)
     rows = nchwc.plain_in_rows(g.lifted(2), ctx.threads)
-    tile = (f"12 pixels of a row x its one block of {lanes} channels" if g.y_shape[1] <= lanes
+    tile = (f"12 pixels of a row x its one block of {lanes} channels" if nchwc.plain_in_lone_tiles(g.lifted(2), lanes)
             else f"6 pixels of a row x 2 blocks of {lanes} channels")
     return _capped(Choice("nchwc_plain_in", f"{why} (x read in place, y NCHW{lanes}c: {tile} a tile){_then(passed)}",
                           0, 4 * nchwc.plain_in_packed_floats(g.lifted(2), lanes), Tiling(tile=rows, lanes=lanes),

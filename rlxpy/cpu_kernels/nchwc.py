@@ -78,10 +78,19 @@ def group_blocks(g, lanes: int) -> tuple:
     return g.cin_g // lanes, g.cout_g // lanes
 
 
-def lone_block(g, lanes: int) -> bool:
-    """Whether a group's output blocks end on one with no partner (an odd count): conv runs
-    it in tiles of 12 pixels x 1 block (conv_plain_in where its one group has one block)."""
-    return group_blocks(g, lanes)[1] % 2 == 1
+def lone_block_tiles(g, lanes: int, chunk: int) -> bool:
+    """Whether conv runs 12 pixels x 1 block tiles: a group's output blocks end on one with
+    no partner (an odd count) and a work item's run of pixels (chunk, within a plane) holds
+    more than a tile and a sliver."""
+    return group_blocks(g, lanes)[1] % 2 == 1 and min(chunk, prod(g.y_shape[2:])) > TP + SLIVER
+
+
+def plain_in_lone_tiles(g, lanes: int) -> bool:
+    """Whether conv_plain_in runs 12 pixels x 1 block tiles: one output block, and rows of at
+    least 12 interior columns (every tap inside x in width)."""
+    ow_lo, ow_hi = _interior_columns.py_func(g.y_shape[-1], g.x_shape[-1], g.kernel[-1], g.stride[-1],
+                                             g.pad_begin[-1], g.dilation[-1])
+    return g.y_shape[1] <= lanes and ow_hi - ow_lo >= 2 * TP
 
 
 def packed_floats(g, lanes: int) -> int:
