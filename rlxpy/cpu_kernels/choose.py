@@ -43,6 +43,13 @@ NATIVE_EPILOGUE_RECORDS = (R.Conv2D, R.Conv2D1x1, R.Conv3d)
 NATIVE_ACTS = {"": 0, "relu": 1, "clip": 1}
 
 
+def epilogue_in_store(rec: R.Record, algo: str, y_layout) -> bool:
+    """Whether a fused conv's kernel applies its epilogue in its own store (else a pass over y
+    follows it): the blocked convs writing blocked y, residual add and relu / clip."""
+    return (getattr(rec, "fused", False) and algo in NATIVE_EPILOGUE_ALGOS and type(rec) in NATIVE_EPILOGUE_RECORDS
+            and rec.epilogue.act in NATIVE_ACTS and y_layout != PLAIN)
+
+
 def choose(rec: R.Record, ctx: ChoiceContext) -> Choice:
     """The kernel for a record; a conv with a fused epilogue also stores y in the layout
     its kernel prefers (never plain instead) and reads the residual in that layout."""
@@ -53,8 +60,7 @@ def choose(rec: R.Record, ctx: ChoiceContext) -> Choice:
     layouts = ch.layouts + ((("r", y_layout),) if rec.r != R.ABSENT and y_layout != PLAIN else ())
     e = rec.epilogue
     what = " + ".join((["residual add"] if rec.r != R.ABSENT else []) + ([e.act] if e.act else []))
-    in_store = (ch.algo in NATIVE_EPILOGUE_ALGOS and type(rec) in NATIVE_EPILOGUE_RECORDS and e.act in NATIVE_ACTS
-                and y_layout != PLAIN)
+    in_store = epilogue_in_store(rec, ch.algo, y_layout)
     return replace(ch, layouts=layouts, plain_ok=tuple(p for p in ch.plain_ok if p != "y"),
                    why=f"{ch.why}; {what} in its store" if in_store else f"{ch.why}; then {what} in one pass over y")
 
@@ -531,9 +537,9 @@ SUBPIXEL_MIN_FLOPS = 8e6
 
 
 def _subpixel_default(rec, ctx: ChoiceContext) -> Optional[Choice]:
-    g = rec.geometry
-    if (not ctx.config.fast_conv or _lanes(ctx) < SUBPIXEL_MIN_LANES or len(g.kernel) != 2
-            or max(g.stride) == 1 or subpixel.eligible(rec, _lanes(ctx)) is not None):
+    g, lanes = rec.geometry, _lanes(ctx)
+    if (not ctx.config.fast_conv or lanes < SUBPIXEL_MIN_LANES or len(g.kernel) != 2
+            or max(g.stride) == 1 or subpixel.eligible(rec, lanes) is not None):
         return None
     if 2 * prod(g.x_shape) * g.cout_g * prod(g.kernel) < SUBPIXEL_MIN_FLOPS:
         return None

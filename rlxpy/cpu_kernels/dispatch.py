@@ -17,7 +17,7 @@ from ..thunks.layout import PLAIN, lanes_of
 from ..thunks.records import ABSENT, Thunk
 from . import (backward, conv2d, conv3d, conv_transpose, direct_simd, im2col, nchwc, nchwc_1x1, nchwc_pool_backward,
                nchwc_wgrad, pool, resize, simd, subpixel, winograd_f4)
-from .choose import NATIVE_ACTS, NATIVE_EPILOGUE_ALGOS, NATIVE_EPILOGUE_RECORDS
+from .choose import NATIVE_ACTS, epilogue_in_store
 from .jit import bound_call
 
 EXEC: Dict[Tuple[Type[R.Record], str], Callable[[Thunk, np.ndarray], None]] = {}
@@ -286,19 +286,10 @@ def _nchwc_pack_args(t, arena):
             simd.lanes(lanes))
 
 
-
-
-
 def native_epilogue(t: Thunk) -> bool:
     """Whether the thunk's kernel applies its fused epilogue in its own store (else a pass
-    over y follows it): the blocked convs (nchwc_direct, nchwc_1x1, nchwc_plain_in, nchwc_depthwise)
-    writing blocked y, residual add and relu / clip."""
-    rec = t.record
-    return (getattr(rec, "fused", False) and t.algo in NATIVE_EPILOGUE_ALGOS
-            and type(rec) in NATIVE_EPILOGUE_RECORDS
-            and rec.epilogue.act in NATIVE_ACTS and t.layout("y") != PLAIN)
-
-
+    over y follows it): choose.epilogue_in_store for its algo and y's layout."""
+    return epilogue_in_store(t.record, t.algo, t.layout("y"))
 
 
 def _epi_args(t: Thunk, arena):
@@ -610,10 +601,11 @@ def conv2d_backward_weight_nchwc(t, arena):
     g = t.record.geometry
     lanes = t.tiling.lanes
     (c, h, wi), (k, oh, ow) = g.x_shape[1:], g.y_shape[1:]
+    workers = _threads()
     return nchwc_wgrad.wgrad, (arena, t.off("x") // 4, t.off("dy") // 4, t.scratch_off // 4, arena, t.off("dw") // 4,
                                g.x_shape[0], c, h, wi, k, oh, ow, *g.kernel, *g.stride, *g.pad_begin, *g.dilation,
-                               g.groups, *nchwc.group_blocks(g, lanes), _threads(),
-                               nchwc_wgrad.chunk_rows(g, lanes, _threads()), simd.lanes(lanes))
+                               g.groups, *nchwc.group_blocks(g, lanes), workers,
+                               nchwc_wgrad.chunk_rows(g, lanes, workers), simd.lanes(lanes))
 
 
 @runs(R.MaxPool2dBackward, "nchwc_pool_backward")
