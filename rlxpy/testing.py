@@ -226,11 +226,17 @@ CASES: Tuple[Case, ...] = (
                    output_padding=(1, 0, 0), dilation=(1, 2, 1), groups=2, bias=True, tags=(F,)),
     conv_transpose(2, 12, (7, 6), 10, (3, 3), padding=1, bias=True, tags=(F,)),          # stride 1: a conv
     conv_transpose(1, 16, (5, 6), 8, (3, 2), padding=((2, 0), (1, 1)), dilation=(1, 2), groups=2, tags=(F,)),
+    # kernel = stride: each input pixel writes a patch of its own (nchwc_subpixel's one 1x1 conv)
+    conv_transpose(2, 20, (5, 7), 24, (2, 2), stride=2, bias=True, tags=(F,)),
+    conv_transpose(2, 5, (4, 3), 9, (3, 2), stride=(3, 2), tags=(F,)),
+    conv_transpose(1, 8, (3, 4, 5), 6, (2, 2, 2), stride=2, bias=True, tags=(F,)),
     backward_input(3, 6, (9, 8), 4, (3, 2), stride=2, padding=((1, 0), (0, 1)), dilation=(2, 1), groups=2,
                    tags=(F,)),
     backward_input(2, 16, (7, 8), 16, (3, 3), padding=2, dilation=2, groups=2, tags=(F,)),
     backward_input(1, 5, (6, 7), 7, (2, 3), padding=((1, 0), (0, 2)), tags=(F,)),
     backward_input(1, 64, (9, 9), 64, (3, 3), padding=1, tags=(F,)),
+    backward_input(2, 12, (8, 10), 20, (2, 2), stride=2, tags=(F,)),        # kernel = stride: patches
+    backward_input(1, 6, (9, 7), 5, (3, 3), stride=3, tags=(F,)),           # ... but a column the conv left out
     backward_weight(3, 6, (9, 8), 4, (3, 2), stride=2, padding=((1, 0), (0, 1)), dilation=(2, 1), groups=2,
                     tags=(F,)),
     backward_weight(3, 64, (9, 9), 64, (3, 3), padding=1, tags=(F,)),

@@ -7,7 +7,7 @@ import pytest
 
 import rlxpy as rx
 from rlxpy.cpu_kernels import simd
-from rlxpy.testing import cases
+from rlxpy.testing import _axes, cases
 from rlxpy.thunks.layout import PLAIN, blocked, lanes_of, stored_bytes, stored_shape
 
 from helpers import REFERENCE, assert_close, main_thunk, rand, run_case
@@ -723,6 +723,15 @@ def test_nchwc_subpixel_matches_reference_at_every_width(case, width):
     cout = case.kw["input_shape"][1] if case.op == "conv2d_backward_input" else w[1] * groups
     if groups == 1 or ((w[0] // groups) % width == 0 and (cout // groups) % width == 0):
         assert (th.algo, th.tiling.lanes) == ("nchwc_subpixel", width), exe.explain()
+        # kernel = stride, unpadded, undilated, the output s times the input: one 1x1 conv
+        kernel, stride = w[2:], _axes(case.kw["stride"], len(w) - 2)
+        src = case.inputs[0][1]
+        dst = (case.kw["input_shape"] if case.op == "conv2d_backward_input" else
+               tuple((i - 1) * s + k for i, s, k in zip(src[2:], stride, kernel)))
+        one_gemm = (kernel == stride and case.kw.get("padding", 0) == 0 and case.kw.get("dilation", 1) == 1
+                    and case.kw.get("output_padding", 0) == 0 and groups == 1
+                    and all(o == i * s for o, i, s in zip(dst[-len(kernel):], src[2:], stride)))
+        assert ("as one 1x1 vector conv" in th.why) == one_gemm, th.why
     else:
         assert th.algo == "col2im" and "nchwc_subpixel not eligible" in th.why
     assert_close(out, ref, TOL, f"{th.algo} {width} {case.id}")
@@ -751,6 +760,60 @@ def test_strided_transposed_convs_default_to_subpixel_at_16_lanes_past_a_little_
         assert th.algo == "col2im", th.why
     feeds = {"x": rand(rng, n, c, 16, 16)}
     assert_close(exe.run(feeds)["y"], rx.compile(g, REFERENCE).run(feeds)["y"], TOL, f"{th.algo} {width}")
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("n, c, k, hw, ks", [(1, 64, 32, 16, 2), (8, 64, 32, 16, 2), (2, 20, 24, 9, 3),
+                                             (1, 3, 8, 8, 2)])
+def test_kernel_equal_to_stride_defaults_to_one_gemm_at_every_vector_width(width, n, c, k, hw, ks):
+    """The default rule (choose.PATCHES_MIN_FLOPS): a transposed conv whose kernel equals its
+    stride (a UNet's 2x2 s2) takes nchwc_subpixel's one 1x1 conv of every phase at 16 and 8
+    lanes from 1 MFLOP on, col2im below that and at 1 lane; numbers as the reference's. Its
+    weights are a graph input here (packed on every run), and change between runs."""
+    rng = np.random.default_rng(83 + n + ks)
+    g = rx.Graph()
+    x = g.input("x", (n, c, hw, hw))
+    w = g.input("w", (c, k, ks, ks))
+    g.output("y", g.relu(g.conv_transpose2d(x, w, g.param("b", rand(rng, k)), stride=ks, name="t")))
+    exe = rx.compile(g, rx.Config(simd_width=width))
+    th = next(t for t in exe.thunks if t.node.startswith("t"))
+    work = 2 * n * c * hw * hw * k * ks * ks
+    if width > 1 and work >= 1e6:
+        assert th.algo == "nchwc_subpixel" and "as one 1x1 vector conv" in th.why, th.why
+    else:
+        assert th.algo == "col2im", th.why
+    ref = rx.compile(g, REFERENCE)
+    for run in range(2):
+        feeds = {"x": rand(rng, n, c, hw, hw), "w": rand(rng, c, k, ks, ks)}
+        assert_close(exe.run(feeds)["y"], ref.run(feeds)["y"], TOL, f"{th.algo} {width} run {run}")
+
+
+@pytest.mark.parametrize("n_in, n_out, k, s, p, d", [(5, 10, 2, 2, 0, 1), (4, 12, 3, 3, 0, 1), (5, 11, 2, 2, 0, 1),
+                                                     (5, 10, 4, 2, 1, 1), (5, 8, 2, 2, 1, 1), (3, 11, 3, 3, 0, 2),
+                                                     (6, 6, 1, 1, 0, 1), (4, 9, 2, 2, 0, 1)])
+def test_patches_means_every_output_comes_from_exactly_one_input_pixel_and_tap(n_in, n_out, k, s, p, d):
+    """subpixel.patches, restated from o = q*s - p + i*d along one axis: it holds exactly
+    where every output index has one (input pixel, tap) pair and every pair lands on an
+    output (the phases are then 1x1 convs of the same input, stride 1 — as one GEMM). A
+    transposed conv's output is (n_in - 1)*s - 2p + d*(k - 1) + 1 + output_padding."""
+    from rlxpy.cpu_kernels import subpixel
+    op = n_out - ((n_in - 1) * s - 2 * p + d * (k - 1) + 1)
+    assert 0 <= op < max(s, d)
+    g = rx.Graph()
+    x = g.input("x", (1, 4, 1, n_in))
+    g.output("y", g.conv_transpose2d(x, g.param("w", np.ones((4, 3, 1, k), np.float32)), stride=(1, s),
+                                     padding=(0, p), output_padding=(0, op), dilation=(1, d), name="t"))
+    th = main_thunk(rx.compile(g, REFERENCE))
+    hits = np.zeros(n_out, int)
+    lands = True
+    for q in range(n_in):
+        for i in range(k):
+            o = q * s - p + i * d
+            if 0 <= o < n_out:
+                hits[o] += 1
+            else:
+                lands = False
+    assert subpixel.patches(th.record) == (lands and bool((hits == 1).all()))
 
 
 @pytest.mark.parametrize("n_out, k, s, p, d", [(10, 4, 2, 1, 1), (9, 3, 3, 2, 2), (7, 2, 4, 0, 1), (12, 3, 2, 1, 2),

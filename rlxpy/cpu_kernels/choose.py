@@ -520,8 +520,10 @@ def _vector_transposed(rec, ctx: ChoiceContext) -> Optional[Choice]:
 def subpixel_choice(rec, ctx: ChoiceContext, why: str) -> Choice:
     lanes = _lanes(ctx)
     src, dst = subpixel.roles(rec)
-    return _capped(Choice("nchwc_subpixel", f"{why}: one stride-1 vector conv per output phase "
-                                            f"({len(subpixel.phases(rec))} of them, NCHW{lanes}c)",
+    how = (f"kernel = stride: its {prod(rec.geometry.kernel)} phases as one 1x1 vector conv, then each input "
+           f"pixel's patch to its place (NCHW{lanes}c)" if subpixel.patches(rec) else
+           f"one stride-1 vector conv per output phase ({len(subpixel.phases(rec))} of them, NCHW{lanes}c)")
+    return _capped(Choice("nchwc_subpixel", f"{why}: {how}",
                           4 * subpixel.scratch_floats(rec, lanes), 4 * subpixel.persistent_floats(rec, lanes),
                           Tiling(lanes=lanes), ((src, blocked(lanes)), (dst, blocked(lanes)))))
 
@@ -534,14 +536,27 @@ def subpixel_choice(rec, ctx: ChoiceContext, why: str) -> Choice:
 # EPYCs) it ran 0.8-0.9x col2im, which stays the default there.
 SUBPIXEL_MIN_LANES = 16
 SUBPIXEL_MIN_FLOPS = 8e6
+# Where the kernel equals the stride (subpixel.patches: one 1x1 conv of all phases, one
+# scatter) it takes any width from this much work on: on the Zen5 EPYC, 2x2 s2 decoder
+# shapes (64 -> 32 @16 at batch 1 and 8, 128 -> 64 @28, 256 -> 128 @14, 8 x 32 -> 16 @64)
+# ran 2.1-2.5x col2im plus its reorder at 16 lanes and 1.2-1.9x at 8; a 16 -> 16 @8 3x3 s3
+# (0.3 MFLOP) 1.13x; a 3 -> 8 @32 2x2 s2 (0.2 MFLOP, channels padded 5x) 0.46-0.93x.
+PATCHES_MIN_FLOPS = 1e6
 
 
 def _subpixel_default(rec, ctx: ChoiceContext) -> Optional[Choice]:
     g, lanes = rec.geometry, _lanes(ctx)
-    if (not ctx.config.fast_conv or lanes < SUBPIXEL_MIN_LANES or len(g.kernel) != 2
-            or max(g.stride) == 1 or subpixel.eligible(rec, lanes) is not None):
+    if (not ctx.config.fast_conv or lanes == 1 or max(g.stride) == 1
+            or subpixel.eligible(rec, lanes) is not None):
         return None
-    if 2 * prod(g.x_shape) * g.cout_g * prod(g.kernel) < SUBPIXEL_MIN_FLOPS:
+    # a multiply-add per input value, tap and output channel of its group
+    src_shape, out_g = (g.x_shape, g.cout_g) if subpixel.roles(rec)[0] == "x" else (g.y_shape, g.cin_g)
+    flops = 2 * prod(src_shape) * prod(g.kernel) * out_g
+    if subpixel.patches(rec):
+        if flops < PATCHES_MIN_FLOPS:
+            return None
+        return subpixel_choice(rec, ctx, f"from {PATCHES_MIN_FLOPS / 1e6:g} MFLOP at any width")
+    if lanes < SUBPIXEL_MIN_LANES or len(g.kernel) != 2 or flops < SUBPIXEL_MIN_FLOPS:
         return None
     return subpixel_choice(rec, ctx, f"strided, {SUBPIXEL_MIN_LANES} lanes")
 
@@ -559,8 +574,11 @@ def choose_conv_transpose(rec, ctx: ChoiceContext) -> Choice:
 
 @chooser(R.Conv2dBackwardInput)
 def choose_conv2d_backward_input(rec, ctx: ChoiceContext) -> Choice:
-    vec = _vector_transposed(rec, ctx)
-    return vec if vec is not None else col2im_choice("conv2d_backward_input", rec.geometry, ctx, transposed_in=False)
+    if (vec := _vector_transposed(rec, ctx)) is not None:
+        return vec
+    if subpixel.patches(rec) and (sub := _subpixel_default(rec, ctx)) is not None:
+        return sub
+    return col2im_choice("conv2d_backward_input", rec.geometry, ctx, transposed_in=False)
 
 
 def wgrad_choice(g: ConvGeometry, ctx: ChoiceContext, why: str) -> Choice:

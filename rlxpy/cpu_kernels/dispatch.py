@@ -535,11 +535,32 @@ def _subpixel(t, arena):
     return calls, packing
 
 
+def _patches(t, arena):
+    """(1x1 conv args, scatter args; pack args) of nchwc_subpixel where the kernel equals
+    the stride (subpixel.patches): one 1x1 conv of every phase, then one scatter."""
+    in_role, out_role = subpixel.roles(t.record)
+    lanes, g = t.tiling.lanes, t.record.geometry
+    src, dst = (g.y_shape, g.x_shape) if in_role == "dy" else (g.x_shape, g.y_shape)
+    m = subpixel.merged_geometry(t.record, lanes)
+    cb, ocb_all = nchwc.group_blocks(m, lanes)
+    ocb = -(-dst[1] // lanes)
+    chunk, gpairs = nchwc_1x1.work_split(m, lanes, _threads())
+    p0, s0 = t.persistent_off // 4, t.scratch_off // 4
+    conv = (arena, t.off(in_role) // 4, p0, arena, s0, False, m.y_shape[1], m.x_shape[0], *m.x_shape[2:],
+            *m.y_shape[2:], 1, 1, cb, ocb_all, chunk, gpairs, nchwc.no_epilogue_args(arena), simd.lanes(lanes))
+    lift = (1,) * (5 - len(src))
+    move = (arena, s0, t.off(out_role) // 4, src[0], ocb, *lift, *src[2:], *lift, *g.stride, simd.lanes(lanes))
+    w = at(t, arena, "w", (src[1], dst[1]) + tuple(g.kernel))
+    return conv, move, (w, bias_of(t, arena), arena, p0, cb, ocb, simd.lanes(lanes))
+
+
 @prepares(R.ConvTranspose2d, "nchwc_subpixel")
 @prepares(R.ConvTranspose3d, "nchwc_subpixel")
 @prepares(R.Conv2dBackwardInput, "nchwc_subpixel")
 def subpixel_prepare(t, arena):
-    """Every phase's taps packed, once per arena."""
+    """Every phase's taps packed (or the merged 1x1 conv's weights), once per arena."""
+    if subpixel.patches(t.record):
+        return subpixel.pack_patches, _patches(t, arena)[2]
     return subpixel.pack_phases, _subpixel(t, arena)[1]
 
 
@@ -547,15 +568,22 @@ def subpixel_prepare(t, arena):
 @runs(R.ConvTranspose3d, "nchwc_subpixel")
 @runs(R.Conv2dBackwardInput, "nchwc_subpixel")
 def transposed_subpixel(t, arena):
-    calls, packing = _subpixel(t, arena)
+    # bound calls: the dispatcher's own call works out ~35 argument types every launch
+    if subpixel.patches(t.record):
+        conv, move, packing = _patches(t, arena)
+        pack, steps = subpixel.pack_patches, [bound_call(nchwc_1x1.conv1x1, conv),
+                                              bound_call(subpixel.scatter_patches, move)]
+    else:
+        calls, packing = _subpixel(t, arena)
+        pack, steps = subpixel.pack_phases, [bound_call(k, args) for conv, move in calls
+                                             for k, args in ((nchwc.conv, conv), (subpixel.scatter, move))]
     every_run = packs_every_run(t)
 
     def run():
         if every_run:
-            subpixel.pack_phases(*packing)
-        for conv, move in calls:
-            nchwc.conv(*conv)
-            subpixel.scatter(*move)
+            pack(*packing)
+        for step in steps:
+            step()
     return run, ()
 
 

@@ -9,6 +9,11 @@ convs run by nchwc.conv with no wasted multiply (col2im's GEMM does the same FMA
 writes columns and scatters them back), each into a blocked scratch, then moved to its
 place in y one vector of channels at a time (`scatter`). An input gradient is the same
 thing with dy for x and dx for y (nchwc.as_forward states the stride-1 case).
+
+Where the kernel equals the stride (no padding, no dilation, one group: a UNet's 2x2 s2
+up-sampling), every phase is a 1x1 conv of the same input: all s^rank of them run as *one*
+1x1 conv (nchwc_1x1's kernel) into s^rank times the output blocks, and `scatter_patches`
+moves each input pixel's patch to its place: two launches, not two per phase (`patches`).
 """
 from __future__ import annotations
 
@@ -74,7 +79,7 @@ def roles(rec) -> Tuple[str, str]:
 def phases(rec) -> Tuple[Phase, ...]:
     """The sub-convs of a transposed conv or input gradient, every phase with outputs."""
     g = rec.geometry
-    src, dst = (g.y_shape, g.x_shape) if hasattr(rec, "dy") else (g.x_shape, g.y_shape)
+    src, dst = _src_dst(rec)
     per_axis = [axis_phases(n, k, s, p, d) for n, k, s, p, d in
                 zip(dst[2:], g.kernel, g.stride, g.pad_begin, g.dilation)]
     out = []
@@ -102,14 +107,84 @@ def eligible(rec, lanes: int):
     return None
 
 
+def _src_dst(rec):
+    g = rec.geometry
+    return (g.y_shape, g.x_shape) if hasattr(rec, "dy") else (g.x_shape, g.y_shape)
+
+
+def patches(rec) -> bool:
+    """Whether every input pixel writes an s^rank patch of the output of its own: kernel ==
+    stride, no padding, no dilation, one group, the output exactly s times the input (no
+    output_padding, no input pixel the forward conv left out)."""
+    g = rec.geometry
+    src, dst = _src_dst(rec)
+    return (g.groups == 1 and tuple(g.kernel) == tuple(g.stride) and not any(g.pad_begin)
+            and all(d == 1 for d in g.dilation)
+            and all(o == i * s for o, i, s in zip(dst[2:], src[2:], g.stride)))
+
+
+def merged_geometry(rec, lanes: int) -> ConvGeometry:
+    """`patches`: the one 1x1 conv of every phase, as a 2-D conv over the flattened input
+    plane: [N, C_src, 1, P] -> [N, s^rank * OCB * V, 1, P] (each phase's channels padded to
+    whole blocks)."""
+    g = rec.geometry
+    src, dst = _src_dst(rec)
+    p = prod(src[2:])
+    k = prod(g.kernel) * -(-dst[1] // lanes) * lanes
+    return ConvGeometry((src[0], src[1], 1, p), (src[0], k, 1, p), (1, 1), (1, 1), (0, 0), (0, 0), (1, 1), 1)
+
+
+def pack_patches(w, b, a, p0: int, cbg: int, ocb: int, L):
+    """w [C_src, C_dst, *kernel] (a transposed conv's weights; a forward conv's for an input
+    gradient) as the merged 1x1 conv's [phase * C_dst + c_dst, c_src], each phase's channels
+    padded to ocb blocks (nchwc.pack with one group per phase), the bias repeated per phase."""
+    src, dst = w.shape[:2]
+    phases_ = prod(w.shape[2:])
+    wm = np.ascontiguousarray(np.moveaxis(w, (0, 1), (-1, -2)).reshape(phases_ * dst, src, 1, 1))
+    pack(wm, np.tile(b, phases_) if b.size else b, a, p0, phases_, cbg, ocb, L)
+
+
+@parallel_kernel
+def scatter_patches(a, s0, y0, N, OCB, D, H, W, sd, sh, sw, L):
+    """The merged 1x1 conv's output [N, phases, OCB, D*H*W, V] at s0 to blocked y [N, OCB,
+    D*sd, H*sh, W*sw, V] at y0: phase (rd, rh, rw) of input pixel (z, i, j) is output pixel
+    (z*sd + rd, i*sh + rh, j*sw + rw). Items are output rows, written left to right."""
+    OD, OH, OW = D * sd, H * sh, W * sw
+    PH = sd * sh * sw
+    S = D * H * W
+    for it in prange(N * OCB * OD * OH):
+        V = nlanes(L)
+        oy = it % OH
+        r = it // OH
+        oz = r % OD
+        r = r // OD
+        ob = r % OCB
+        n = r // OCB
+        z = oz // sd
+        i = oy // sh
+        dst = y0 + (((n * OCB + ob) * OD + oz) * OH + oy) * OW * V
+        for rw in range(sw):
+            ph = ((oz - z * sd) * sh + oy - i * sh) * sw + rw
+            src = s0 + (((n * PH + ph) * OCB + ob) * S + (z * H + i) * W) * V
+            for j in range(W):
+                vstore(a, dst + (j * sw + rw) * V, vload(a, src + j * V, L))
+
+
 def scratch_floats(rec, lanes: int) -> int:
-    """The largest phase's output, blocked (phases run one after another)."""
+    """The merged 1x1 conv's output (`patches`), else the largest phase's output, blocked
+    (phases run one after another)."""
+    if patches(rec):
+        m = merged_geometry(rec, lanes)
+        return m.y_shape[0] * m.y_shape[1] * m.y_shape[3]
     return max(ph.geometry.y_shape[0] * group_blocks(ph.geometry, lanes)[1] * ph.geometry.groups
                * prod(ph.geometry.y_shape[2:]) * lanes for ph in phases(rec))
 
 
 def persistent_floats(rec, lanes: int) -> int:
-    """Every phase's packed taps (nchwc.pack's order)."""
+    """The merged 1x1 conv's packed weights (`patches`), else every phase's packed taps
+    (nchwc.pack's order)."""
+    if patches(rec):
+        return packed_floats(merged_geometry(rec, lanes), lanes)
     return sum(packed_floats(ph.geometry, lanes) for ph in phases(rec))
 
 
