@@ -179,9 +179,9 @@ def test_nchwc_plain_in_matches_reference_at_every_width(case, width):
 @pytest.mark.parametrize("width", [8, 16])
 def test_nchwc_plain_in_rows_whose_every_tap_is_padding_and_border_columns(width):
     """A padding wider than the dilated kernel: whole output rows and columns see only
-    padding (the kernel rows and columns inside x are empty ranges: bias, then relu), border
-    columns run a pixel at a time, and a row's interior splits into tiles of 6 and a tail;
-    against the reference kernels, with relu fused into the store of blocked y."""
+    padding (the kernel rows inside x are empty ranges, the columns read the slab's zeros:
+    bias, then relu), and a row splits into tiles of 6 and a partial one; against the
+    reference kernels, with relu fused into the store of blocked y."""
     rng = np.random.default_rng(48)
     g = rx.Graph()
     x = g.input("x", (2, 3, 7, 20))
@@ -199,10 +199,9 @@ def test_nchwc_plain_in_rows_whose_every_tap_is_padding_and_border_columns(width
 @pytest.mark.parametrize("width", [8, 1])
 @pytest.mark.parametrize("cols", range(8, 14))
 def test_nchwc_plain_in_every_tail_of_a_rows_interior(width, cols):
-    """A row's interior (every tap inside x: columns 1 .. cols-2 of a 3x3 pad-1 conv) is
-    cols - 2 pixels: whole tiles of 6, then a tail of 0-5 pixels, the short tails (1-2) a
-    pixel at a time with the border columns and the longer ones as a partial tile. Every
-    tail length, at stride 1 and (with a 5x5 kernel) stride 2, against the reference kernels."""
+    """A row of cols pixels: whole tiles of 6 (12 for a lone output block), then a partial
+    tile whose pixels past the row read the slab's zeros and are not stored. Every tail
+    length, at stride 1 and (with a 5x5 kernel) stride 2, against the reference kernels."""
     rng = np.random.default_rng(cols)
     for k, stride in ((3, 1), (5, 2)):
         g = rx.Graph()
@@ -214,6 +213,33 @@ def test_nchwc_plain_in_every_tail_of_a_rows_interior(width, cols):
         xv = rand(rng, 1, 3, 5, cols * stride)
         assert_close(exe.run({"x": xv})["y"], rx.compile(g, REFERENCE).run({"x": xv})["y"], TOL,
                      f"plain_in {cols} columns, {k}x{k} stride {stride}")
+
+
+@pytest.mark.parametrize("width", [16, 8])
+@pytest.mark.parametrize("rows", [1, 2, 3, 5])
+def test_nchwc_plain_in_slabs_of_every_run_of_rows(width, rows, monkeypatch):
+    """Each work item copies the input rows its run of output rows reads (stride, dilation,
+    padding rows above and below x, a last run shorter than the others) into one padded
+    slab: every run length, 2-D and 3-D, a lone output block and several, against the
+    reference kernels."""
+    from rlxpy.cpu_kernels import nchwc
+    monkeypatch.setattr(nchwc, "plain_in_rows", lambda g, threads: rows)
+    rng = np.random.default_rng(90 + rows)
+    for shape, k, kernel, stride, padding, dilation in [
+            ((2, 3, 11, 9), width, (3, 3), (2, 1), ((3, 1), (1, 2)), (2, 1)),
+            ((1, 2, 13, 17), width + 3, (5, 3), 1, 2, (1, 2)),
+            ((1, 1, 5, 6, 7), 5, (3, 2, 3), (1, 2, 1), 1, 1)]:
+        g = rx.Graph()
+        x = g.input("x", shape)
+        conv = g.conv3d if len(shape) == 5 else g.conv
+        g.output("y", g.relu(conv(x, g.param("w", rand(rng, k, shape[1], *kernel)), bias=g.param("b", rand(rng, k)),
+                                  stride=stride, padding=padding, dilation=dilation, name="c")))
+        exe = rx.compile(g, rx.Config(conv_algo="nchwc_plain_in", simd_width=width))
+        th = main_thunk(exe)
+        assert (th.algo, th.tiling.tile) == ("nchwc_plain_in", rows), exe.explain()
+        xv = rand(rng, *shape)
+        assert_close(exe.run({"x": xv})["y"], rx.compile(g, REFERENCE).run({"x": xv})["y"], TOL,
+                     f"plain_in {rows} rows {shape} {width}")
 
 
 def _chain(rng, c=5, k=11):

@@ -151,7 +151,8 @@ def plain_in_choice(g: ConvGeometry, ctx: ChoiceContext, why: str, passed=()) ->
     rows = nchwc.plain_in_rows(g.lifted(2), ctx.threads)
     tile = (f"12 pixels of a row x its one block of {lanes} channels" if nchwc.plain_in_lone_tiles(g.lifted(2), lanes)
             else f"6 pixels of a row x 2 blocks of {lanes} channels")
-    return _capped(Choice("nchwc_plain_in", f"{why} (x read in place, y NCHW{lanes}c: {tile} a tile){_then(passed)}",
+    how = f"x read plain, a run of rows at a time into a zero-padded slab, y NCHW{lanes}c: {tile} a tile"
+    return _capped(Choice("nchwc_plain_in", f"{why} ({how}){_then(passed)}",
                           0, 4 * nchwc.plain_in_packed_floats(g.lifted(2), lanes), Tiling(tile=rows, lanes=lanes),
                           (("y", blocked(lanes)),), plain_ok=("y",)))
 

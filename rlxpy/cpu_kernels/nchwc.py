@@ -86,11 +86,8 @@ def lone_block_tiles(g, lanes: int, chunk: int) -> bool:
 
 
 def plain_in_lone_tiles(g, lanes: int) -> bool:
-    """Whether conv_plain_in runs 12 pixels x 1 block tiles: one output block, and rows of at
-    least 12 interior columns (every tap inside x in width)."""
-    ow_lo, ow_hi = _interior_columns.py_func(g.y_shape[-1], g.x_shape[-1], g.kernel[-1], g.stride[-1],
-                                             g.pad_begin[-1], g.dilation[-1])
-    return g.y_shape[1] <= lanes and ow_hi - ow_lo >= 2 * TP
+    """Whether conv_plain_in runs 12 pixels x 1 block tiles: one output block."""
+    return g.y_shape[1] <= lanes
 
 
 def packed_floats(g, lanes: int) -> int:
@@ -722,7 +719,7 @@ def conv(a, x0, p0, ya, y0, y_plain, K, N, D, H, Wi, OD, OH, OW, KD, KH, KW, sd,
 
 # --- few input channels: x read plain ---------------------------------------------------
 def plain_in_eligible(g, lanes: int):
-    """None when conv_plain_in can run the conv (one group; x is read in place, so no
+    """None when conv_plain_in can run the conv (one group; x is read plain, so no
     channel padding: for first layers with 1 to a few input channels), else why not."""
     if g.groups != 1:
         return f"groups {g.groups}"
@@ -772,43 +769,61 @@ def _pair_blocks(pr, OCB):
 
 
 @inlined
-def _tap_table_tile(a, xb, s1, s2, s3, s4, s5, x_tap, w_tap, m, wb0, wb1, acc, L):
-    """A conv_plain_in tile over its row's m taps: x of pixel 0 at xb + x_tap[t], the others
-    s1 .. s5 floats on (constants where the caller passes them: inlined, they fold into the
-    loads), weights at wb0 / wb1 + w_tap[t]."""
+def _tap_table_tile(xa, xb, s1, s2, s3, s4, s5, x_tap, w_tap, m, wa, wb0, wb1, acc, L):
+    """A conv_plain_in tile over its row's m taps: x of pixel 0 at xa[xb + x_tap[t]], the
+    others s1 .. s5 floats on (constants where the caller passes them: inlined, they fold
+    into the loads), weights at wa[wb0 / wb1 + w_tap[t]]."""
     for t in range(m):
         xo = xb + x_tap[t]
-        acc = _fma_6x2(a, xo, xo + s1, xo + s2, xo + s3, xo + s4, xo + s5,
-                       vload(a, wb0 + w_tap[t], L), vload(a, wb1 + w_tap[t], L), acc, L)
+        acc = _fma_6x2(xa, xo, xo + s1, xo + s2, xo + s3, xo + s4, xo + s5,
+                       vload(wa, wb0 + w_tap[t], L), vload(wa, wb1 + w_tap[t], L), acc, L)
     return acc
 
 
 @inlined
-def _tap_table_lone(a, xb, s, x_tap, w_tap, m, wb, acc, L):
+def _tap_table_lone(xa, xb, s, x_tap, w_tap, m, wa, wb, acc, L):
     """_tap_table_tile for a lone output block: 12 pixels s floats apart (two tiles), one
     weight vector per tap (a 6 x 2 tile would compute the block twice)."""
     for t in range(m):
         xo = xb + x_tap[t]
-        acc = _fma_12x1(a, xo, xo + s, xo + 2 * s, xo + 3 * s, xo + 4 * s, xo + 5 * s, xo + 6 * s, xo + 7 * s,
-                        xo + 8 * s, xo + 9 * s, xo + 10 * s, xo + 11 * s, vload(a, wb + w_tap[t], L), acc, L)
+        acc = _fma_12x1(xa, xo, xo + s, xo + 2 * s, xo + 3 * s, xo + 4 * s, xo + 5 * s, xo + 6 * s, xo + 7 * s,
+                        xo + 8 * s, xo + 9 * s, xo + 10 * s, xo + 11 * s, vload(wa, wb + w_tap[t], L), acc, L)
     return acc
+
+
+@inlined
+def _row_floats(OW, Wi, KW, sw, pw, dw):
+    """conv_plain_in's padded copy of an input row: pw zeros, the row, zeros up to where the
+    row's last tile (12 pixels, some past the row: computed, not stored) reads."""
+    return max(pw + Wi, (OW + 2 * TP) * sw + (KW - 1) * dw + 1)
+
+
+@inlined
+def _copy_row(a, src, xp, dst, count, L):
+    """xp[dst:dst + count] = a[src:src + count], a vector at a time, the tail a float at a time."""
+    V = nlanes(L)
+    k = 0
+    while k + V <= count:
+        vstore(xp, dst + k, vload(a, src + k, L))
+        k += V
+    for r in range(k, count):
+        xp[dst + r] = a[src + r]
 
 
 @parallel_kernel
 def conv_plain_in(a, x0, p0, ya, y0, y_plain, K, N, C, D, H, Wi, OD, OH, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw,
                   dd, dh, dw, rows, epi, L):
-    """As conv, but x is plain [N, C, D, H, W] and read in place: per input channel and tap,
-    6 broadcasts of x and 2 weight vectors for 12 FMAs (no V-wide channel loop, so a
-    1-channel input wastes nothing). Work items: (image, output plane, run of `rows` output
-    rows). A row's interior columns (every tap inside x in width) run in tiles of 6 pixels,
-    each tile through every pair of output blocks while its x is in L1, over the row's table
-    of taps inside x (offsets of x and of the weights, made once a row); its border columns
-    (and a last tile's 1-2 pixels: the ResNet stem 1.51 -> 1.35 ms) run a pixel at a time over
-    their taps inside x, even and odd kernel columns in separate
-    sums (the latency of one chain of FMAs held the UNet's 3 -> 16 @64 at twice its time). No tap
-    is tested inside a tile and no FMA multiplies padding (tiles cut across rows, with every
-    tap of a tile at a border tested, held the ResNet stem at 1.84 ms; 1.35 by rows).
-    epi: the fused epilogue, as conv's."""
+    """As conv, but x is plain [N, C, D, H, W] (no channel padding: a 1-channel input wastes
+    nothing): per input channel and tap, 6 broadcasts of x and 2 weight vectors for 12 FMAs
+    (12 broadcasts and one vector for a lone output block). Work items: (image, output
+    plane, run of `rows` output rows). Each output row first copies the input rows it reads
+    (its kernel rows inside x, every channel) into a row buffer with zeros on both sides, the
+    horizontal padding: then every pixel of the row runs in tiles over one table of taps
+    (offsets of x and of the weights, made once a row), no tap tested and no FMA of a
+    padding row. (Before, the border columns ran a pixel at a time over their taps inside
+    x: a third of the UNet's 3 -> 16 @64 at batch 8, 192 against 126 us without them.) A
+    row's last tile may be partial: its pixels past the row read the buffer's zeros and are
+    not stored. epi: the fused epilogue, as conv's."""
     V = nlanes(L)
     e_kind, e_lo, e_hi, ra, e_r0 = epi         # once, outside the prange (see _epi)
     ep = (e_kind, e_lo, e_hi, e_r0)
@@ -818,21 +833,33 @@ def conv_plain_in(a, x0, p0, ya, y0, y_plain, K, N, C, D, H, Wi, OD, OH, OW, KD,
     pairs = (OCB + 1) // 2
     runs = (OH + rows - 1) // rows
     bias0 = p0 + OCB * C * T * V
-    ow_lo, ow_hi = _interior_columns(OW, Wi, KW, sw, pw, dw)
-    # a last partial tile of 1-2 pixels costs a whole tile's FMAs (12 a tap): it runs a pixel
-    # at a time with the border columns (2 FMAs a tap, at half the rate: 4 chains)
-    tail = (ow_hi - ow_lo) % TP
-    tile_hi = ow_hi - tail if tail <= SLIVER else ow_hi
+    WP = _row_floats(OW, Wi, KW, sw, pw, dw)
+    SR = (rows - 1) * sh + (KH - 1) * dh + 1          # input rows a run of output rows reads
     for it in prange(N * OD * runs):
         V = nlanes(L)          # again inside the loop body: numba outlines it, and V must stay a constant
         rc = it % runs
         od = (it // runs) % OD
         n = it // (runs * OD)
-        # a row's taps inside x, the same for all its interior tiles: one flat loop over them
-        # per tile (the c / kd / i / j nest paid its set-up and a remainder of the j loop
-        # per kernel row: the ResNet stem 1.97 -> 1.51 ms on Zen3, the two alternated)
+        # a row's taps inside x, the same for all its tiles: one flat loop over them per tile
+        # (the c / kd / i / j nest paid its set-up and a remainder of the j loop per kernel
+        # row: the ResNet stem 1.97 -> 1.51 ms on Zen3, the two alternated)
         x_tap = np.empty(C * T, np.int64)
         w_tap = np.empty(C * T, np.int64)
+        # the item's input rows, every channel and depth tap, copied once into a slab of
+        # padded rows (zeros stay in the padding) before any tile reads them: copied a row
+        # of output at a time, right before its tiles, the tiles' broadcasts waited on the
+        # copy's vector stores (the UNet's 3 -> 16 @64 at batch 8: 186 us, 115 reading a
+        # buffer not just written)
+        ih_a = rc * rows * sh - ph                        # the first output row's top tap
+        xp = np.zeros(C * KD * SR * WP, np.float32)
+        for c in range(C):
+            for kd in range(KD):
+                idp = od * sd - pd + kd * dd
+                if idp < 0 or idp >= D:
+                    continue
+                for sr in range(max(0, -ih_a), min(SR, H - ih_a)):
+                    _copy_row(a, x0 + (((n * C + c) * D + idp) * H + ih_a + sr) * Wi, xp,
+                              ((c * KD + kd) * SR + sr) * WP + pw, Wi, L)
         for oh in range(rc * rows, min(OH, rc * rows + rows)):
             ih0 = oh * sh - ph
             i_lo, i_hi = valid_range(KH, H, ih0, dh)      # the kernel rows inside x
@@ -843,89 +870,53 @@ def conv_plain_in(a, x0, p0, ya, y0, y_plain, K, N, C, D, H, Wi, OD, OH, OW, KD,
                     if idp < 0 or idp >= D:
                         continue
                     for i in range(i_lo, i_hi):
+                        r = ((c * KD + kd) * SR + ih0 + i * dh - ih_a) * WP
                         for j in range(KW):
-                            x_tap[m] = ((n * C + c) * D + idp) * H * Wi + i * dh * Wi + j * dw
+                            x_tap[m] = r + j * dw
                             w_tap[m] = (c * T + (kd * KH + i) * KW + j) * V
                             m += 1
-            q = ow_lo
-            while q < tile_hi:
-                live = min(TP, tile_hi - q)
-                xb = x0 + ih0 * Wi + q * sw - pw        # negative above x: only rows from i_lo are read
-                if OCB == 1 and q + 2 * TP <= tile_hi:
+            q = 0
+            while q < OW:
+                xb = q * sw            # the buffer's column of input column q * sw - pw
+                at = od * P + oh * OW + q
+                if OCB == 1:
                     # one output block: 12 pixels a step, each weight vector loaded once (the
                     # UNet's 3 -> 16 @64 at 16 lanes)
                     acc = _zeros12(L)
                     if sw == 1:
-                        acc = _tap_table_lone(a, xb, 1, x_tap, w_tap, m, p0, acc, L)
+                        acc = _tap_table_lone(xp, xb, 1, x_tap, w_tap, m, a, p0, acc, L)
                     elif sw == 2:
-                        acc = _tap_table_lone(a, xb, 2, x_tap, w_tap, m, p0, acc, L)
+                        acc = _tap_table_lone(xp, xb, 2, x_tap, w_tap, m, a, p0, acc, L)
                     else:
-                        acc = _tap_table_lone(a, xb, sw, x_tap, w_tap, m, p0, acc, L)
+                        acc = _tap_table_lone(xp, xb, sw, x_tap, w_tap, m, a, p0, acc, L)
                     bv = vload(a, bias0, L)
                     a00, a01, a10, a11, a20, a21, a30, a31, a40, a41, a50, a51 = acc
-                    at = od * P + oh * OW + q
-                    _put_block(ya, y0, y_plain, n, 0, OCB, K, OD * P, at, TP, vadd(a00, bv), vadd(a10, bv),
-                               vadd(a20, bv), vadd(a30, bv), vadd(a40, bv), vadd(a50, bv), ep, ra, L)
-                    _put_block(ya, y0, y_plain, n, 0, OCB, K, OD * P, at + TP, TP, vadd(a01, bv), vadd(a11, bv),
-                               vadd(a21, bv), vadd(a31, bv), vadd(a41, bv), vadd(a51, bv), ep, ra, L)
+                    _put_block(ya, y0, y_plain, n, 0, OCB, K, OD * P, at, min(TP, OW - q), vadd(a00, bv),
+                               vadd(a10, bv), vadd(a20, bv), vadd(a30, bv), vadd(a40, bv), vadd(a50, bv), ep, ra, L)
+                    if q + TP < OW:
+                        _put_block(ya, y0, y_plain, n, 0, OCB, K, OD * P, at + TP, min(TP, OW - q - TP),
+                                   vadd(a01, bv), vadd(a11, bv), vadd(a21, bv), vadd(a31, bv), vadd(a41, bv),
+                                   vadd(a51, bv), ep, ra, L)
                     q += 2 * TP
                     continue
-                s1, s2, s3, s4, s5 = _row_steps(live, sw)
+                live = min(TP, OW - q)
                 for pr in range(pairs):
                     ob0, two, ob1 = _pair_blocks(pr, OCB)
                     wb0 = p0 + ob0 * C * T * V
                     wb1 = p0 + ob1 * C * T * V
                     acc = _zeros12(L)
-                    # a full tile at stride 2 or 1: the 6 pixels' offsets as constants the loads
-                    # take as displacements (5% on the RGB stems)
-                    if live == TP and sw == 2:
-                        acc = _tap_table_tile(a, xb, 2, 4, 6, 8, 10, x_tap, w_tap, m, wb0, wb1, acc, L)
-                    elif live == TP and sw == 1:
-                        acc = _tap_table_tile(a, xb, 1, 2, 3, 4, 5, x_tap, w_tap, m, wb0, wb1, acc, L)
+                    # the 6 pixels' offsets as constants the loads take as displacements at
+                    # stride 1 and 2 (5% on the RGB stems)
+                    if sw == 2:
+                        acc = _tap_table_tile(xp, xb, 2, 4, 6, 8, 10, x_tap, w_tap, m, a, wb0, wb1, acc, L)
+                    elif sw == 1:
+                        acc = _tap_table_tile(xp, xb, 1, 2, 3, 4, 5, x_tap, w_tap, m, a, wb0, wb1, acc, L)
                     else:
-                        acc = _tap_table_tile(a, xb, s1, s2, s3, s4, s5, x_tap, w_tap, m, wb0, wb1, acc, L)
-                    _put_tile(ya, y0, y_plain, n, ob0, ob1, two, od * P + oh * OW + q, live, K, OD * P, OCB,
+                        acc = _tap_table_tile(xp, xb, sw, 2 * sw, 3 * sw, 4 * sw, 5 * sw, x_tap, w_tap, m, a, wb0,
+                                              wb1, acc, L)
+                    _put_tile(ya, y0, y_plain, n, ob0, ob1, two, at, live, K, OD * P, OCB,
                               vload(a, bias0 + ob0 * V, L), vload(a, bias0 + ob1 * V, L), acc, ep, ra, L)
                 q += TP
-            for b in range(OW - (tile_hi - ow_lo)):      # the pixel-at-a-time columns, left then right
-                ow = b if b < ow_lo else tile_hi + b - ow_lo
-                iw0 = ow * sw - pw
-                j_lo, j_hi = valid_range(KW, Wi, iw0, dw)
-                for pr in range(pairs):
-                    ob0, two, ob1 = _pair_blocks(pr, OCB)
-                    # the even and odd kernel columns into separate sums: 4 chains of FMAs, not
-                    # 2 waiting on each other's latency
-                    a0 = vzero(L)
-                    a1 = vzero(L)
-                    a2 = vzero(L)
-                    a3 = vzero(L)
-                    for c in range(C):
-                        wb0 = p0 + (ob0 * C + c) * T * V
-                        wb1 = p0 + (ob1 * C + c) * T * V
-                        for kd in range(KD):
-                            idp = od * sd - pd + kd * dd
-                            if idp < 0 or idp >= D:
-                                continue
-                            xb = x0 + ((n * C + c) * D + idp) * H * Wi
-                            for i in range(i_lo, i_hi):
-                                xr = xb + (ih0 + i * dh) * Wi + iw0
-                                wr = ((kd * KH + i) * KW) * V
-                                for j in range(j_lo, j_hi - 1, 2):
-                                    xv = vbcast(a, xr + j * dw, L)
-                                    a0 = vfma(xv, vload(a, wb0 + wr + j * V, L), a0)
-                                    a1 = vfma(xv, vload(a, wb1 + wr + j * V, L), a1)
-                                    xv = vbcast(a, xr + (j + 1) * dw, L)
-                                    a2 = vfma(xv, vload(a, wb0 + wr + (j + 1) * V, L), a2)
-                                    a3 = vfma(xv, vload(a, wb1 + wr + (j + 1) * V, L), a3)
-                                if (j_hi - j_lo) % 2 == 1:
-                                    j = j_hi - 1
-                                    xv = vbcast(a, xr + j * dw, L)
-                                    a0 = vfma(xv, vload(a, wb0 + wr + j * V, L), a0)
-                                    a1 = vfma(xv, vload(a, wb1 + wr + j * V, L), a1)
-                    z = vzero(L)
-                    _put_tile(ya, y0, y_plain, n, ob0, ob1, two, od * P + oh * OW + ow, 1, K, OD * P, OCB,
-                              vload(a, bias0 + ob0 * V, L), vload(a, bias0 + ob1 * V, L),
-                              (vadd(a0, a2), vadd(a1, a3), z, z, z, z, z, z, z, z, z, z), ep, ra, L)
 
 
 # --- one block of channels at a time, a row of output pixels at a time: pool, depthwise -------
