@@ -18,7 +18,7 @@ from numba import prange
 
 from .gemm import sgemm
 from .jit import inlined, parallel_kernel, u
-from .simd import nlanes, vfma, vhsum, vload, vzero
+from .simd import nlanes, vfma, vhsum, vload, vstore, vzero
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
@@ -590,3 +590,27 @@ def binary_div(a, b, y, total, row_len, CB, C, V):
 UNARY = {"identity": unary_identity, "relu": unary_relu, "leaky_relu": unary_leaky_relu, "clip": unary_clip, "sigmoid": unary_sigmoid, "hardsigmoid": unary_hardsigmoid, "hardswish": unary_hardswish, "silu": unary_silu, "gelu": unary_gelu, "gelu_tanh": unary_gelu_tanh, "tanh": unary_tanh, "erf": unary_erf}
 EPILOGUE = {"identity": epilogue_identity, "relu": epilogue_relu, "leaky_relu": epilogue_leaky_relu, "clip": epilogue_clip, "sigmoid": epilogue_sigmoid, "hardsigmoid": epilogue_hardsigmoid, "hardswish": epilogue_hardswish, "silu": epilogue_silu, "gelu": epilogue_gelu, "gelu_tanh": epilogue_gelu_tanh, "tanh": epilogue_tanh, "erf": epilogue_erf}
 BINARY_SAME = {"add": binary_add, "sub": binary_sub, "mul": binary_mul, "div": binary_div}
+
+
+@parallel_kernel
+def concat_blocks(a, src_off, src_blocks, y0, N, CBy, SV, parts, L):
+    """Blocked inputs [N, src_blocks[i], SV] at a[src_off[i]:] into blocked y [N, CBy, SV]
+    at a[y0:], along the blocks (SV: a block's floats). Work items: (image, block of y, one
+    of `parts` runs of it): numpy's concatenate copied on one thread (the UNet's 48-channel
+    concat at batch 8: 114 us against onnxruntime's 67)."""
+    run = (SV // nlanes(L) + parts - 1) // parts * nlanes(L)
+    for it in prange(N * CBy * parts):
+        V = nlanes(L)
+        part = it % parts
+        r = it // parts
+        cb = r % CBy
+        n = r // CBy
+        i = 0
+        base = 0
+        while cb >= base + src_blocks[i]:
+            base += src_blocks[i]
+            i += 1
+        src = src_off[i] + (n * src_blocks[i] + cb - base) * SV
+        dst = y0 + r * SV
+        for q in range(part * run, min(SV, part * run + run), V):
+            vstore(a, dst + q, vload(a, src + q, L))

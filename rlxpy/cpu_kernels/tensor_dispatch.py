@@ -412,9 +412,12 @@ def _blocked_concat(t, arena):
     axis, sizes = g.params
     v = lanes_of(t.layout("y"))
     n, s = g.y_shape[0], prod(g.y_shape[2:])
-    xs = tuple(at(t, arena, f"x{i}", (n, c // v, s * v)) for i, c in enumerate(sizes))
-    y = at(t, arena, "y", (n, g.y_shape[1] // v, s * v))
-    return (lambda: np.concatenate(xs, axis=1, out=y)), ()
+    cby = g.y_shape[1] // v
+    # runs of a block per item: enough items for 4 a thread
+    parts = max(1, min(s, -(-4 * _threads() // (n * cby))))
+    return tensor.concat_blocks, (arena, np.array([t.off(f"x{i}") // 4 for i in range(len(sizes))], np.int64),
+                                  np.array([c // v for c in sizes], np.int64), t.off("y") // 4, n, cby, s * v, parts,
+                                  simd.lanes(v))
 
 
 for _t in TR.CONCAT.values():
