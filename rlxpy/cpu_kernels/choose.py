@@ -551,8 +551,8 @@ def _subpixel_default(rec, ctx: ChoiceContext) -> Optional[Choice]:
             or subpixel.eligible(rec, lanes) is not None):
         return None
     # a multiply-add per input value, tap and output channel of its group
-    src_shape, out_g = (g.x_shape, g.cout_g) if subpixel.roles(rec)[0] == "x" else (g.y_shape, g.cin_g)
-    flops = 2 * prod(src_shape) * prod(g.kernel) * out_g
+    src, dst = subpixel.src_dst(rec)
+    flops = 2 * prod(src) * prod(g.kernel) * (dst[1] // g.groups)
     if subpixel.patches(rec):
         if flops < PATCHES_MIN_FLOPS:
             return None

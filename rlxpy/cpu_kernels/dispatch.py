@@ -512,7 +512,7 @@ def _subpixel(t, arena):
     in_role, out_role = subpixel.roles(t.record)
     lanes, threads = t.tiling.lanes, _threads()
     g = t.record.geometry
-    src, dst = (g.y_shape, g.x_shape) if in_role == "dy" else (g.x_shape, g.y_shape)
+    src, dst = subpixel.src_dst(t.record)
     w = at(t, arena, "w", (src[1], dst[1] // g.groups) + tuple(g.kernel))
     out_sp = (1,) * (5 - len(dst)) + tuple(dst[2:])
     calls, sizes, p0 = [], [], t.persistent_off // 4
@@ -540,7 +540,7 @@ def _patches(t, arena):
     the stride (subpixel.patches): one 1x1 conv of every phase, then one scatter."""
     in_role, out_role = subpixel.roles(t.record)
     lanes, g = t.tiling.lanes, t.record.geometry
-    src, dst = (g.y_shape, g.x_shape) if in_role == "dy" else (g.x_shape, g.y_shape)
+    src, dst = subpixel.src_dst(t.record)
     m = subpixel.merged_geometry(t.record, lanes)
     cb, ocb_all = nchwc.group_blocks(m, lanes)
     ocb = -(-dst[1] // lanes)

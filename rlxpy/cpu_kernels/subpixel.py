@@ -79,7 +79,7 @@ def roles(rec) -> Tuple[str, str]:
 def phases(rec) -> Tuple[Phase, ...]:
     """The sub-convs of a transposed conv or input gradient, every phase with outputs."""
     g = rec.geometry
-    src, dst = _src_dst(rec)
+    src, dst = src_dst(rec)
     per_axis = [axis_phases(n, k, s, p, d) for n, k, s, p, d in
                 zip(dst[2:], g.kernel, g.stride, g.pad_begin, g.dilation)]
     out = []
@@ -107,7 +107,9 @@ def eligible(rec, lanes: int):
     return None
 
 
-def _src_dst(rec):
+def src_dst(rec):
+    """(source shape, destination shape): x -> y for a transposed conv, dy -> dx for an
+    input gradient (the geometry states the forward conv)."""
     g = rec.geometry
     return (g.y_shape, g.x_shape) if hasattr(rec, "dy") else (g.x_shape, g.y_shape)
 
@@ -117,7 +119,7 @@ def patches(rec) -> bool:
     stride, no padding, no dilation, one group, the output exactly s times the input (no
     output_padding, no input pixel the forward conv left out)."""
     g = rec.geometry
-    src, dst = _src_dst(rec)
+    src, dst = src_dst(rec)
     return (g.groups == 1 and tuple(g.kernel) == tuple(g.stride) and not any(g.pad_begin)
             and all(d == 1 for d in g.dilation)
             and all(o == i * s for o, i, s in zip(dst[2:], src[2:], g.stride)))
@@ -128,7 +130,7 @@ def merged_geometry(rec, lanes: int) -> ConvGeometry:
     plane: [N, C_src, 1, P] -> [N, s^rank * OCB * V, 1, P] (each phase's channels padded to
     whole blocks)."""
     g = rec.geometry
-    src, dst = _src_dst(rec)
+    src, dst = src_dst(rec)
     p = prod(src[2:])
     k = prod(g.kernel) * -(-dst[1] // lanes) * lanes
     return ConvGeometry((src[0], src[1], 1, p), (src[0], k, 1, p), (1, 1), (1, 1), (0, 0), (0, 0), (1, 1), 1)
