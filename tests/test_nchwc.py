@@ -478,6 +478,44 @@ def test_a_final_vector_kernel_writes_the_returned_array_itself_and_runs_stay_in
         assert_close(r2[name], want2[name], TOL, name)
 
 
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_plain_input_kernel_reads_a_graph_input_where_the_caller_holds_it(width):
+    """A plain input whose one reader is nchwc_plain_in is read in place: nothing is copied
+    into its arena slot (it stays zero) and the output is the reference's. An input read by
+    two thunks, or handed over read-only or non-contiguous, is copied in as before; every
+    run stays right, also with both kinds of call on one executable."""
+    rng = np.random.default_rng(53)
+    g = rx.Graph()
+    x = g.input("x", (None, 3, 19, 22))
+    s = g.input("s", (None, 2, 9, 9))
+    y = g.relu(g.conv(x, g.param("w", rand(rng, 24, 3, 3, 3)), g.param("b", rand(rng, 24)), stride=2, padding=1,
+                      name="stem"))
+    g.output("y", g.pool(y, "max", kernel_size=2, stride=2))
+    ws = g.param("ws", rand(rng, 8, 2, 3, 3))
+    g.output("s1", g.conv(s, ws, padding=1, name="s1"))           # s has two readers
+    g.output("s2", g.conv(s, ws, stride=2, name="s2"))
+    algos = {"stem": "nchwc_plain_in", "s1": "nchwc_plain_in", "s2": "nchwc_plain_in"}
+    exe, ref = rx.compile(g, rx.Config(simd_width=width), algos=algos), rx.compile(g, REFERENCE)
+    xv, sv = rand(rng, 2, 3, 19, 22), rand(rng, 2, 2, 9, 9)
+    got = exe.run({"x": xv, "s": sv})
+    assert {t.algo for t in exe.thunks if t.node in algos} == {"nchwc_plain_in"}, exe.explain()
+    compiled = exe._compile_for({"x": xv.shape, "s": sv.shape})
+    assert [name for name, _, _ in compiled.pool.input_feeds] == ["x"]
+    (bound,) = compiled.pool.idle()
+    slot = dict(bound.inputs)
+    assert not slot["x"].any()                          # never copied in
+    assert_close(slot["s"], sv, 0.0, "s copied in")
+    want = ref.run({"x": xv, "s": sv})
+    for name in want:
+        assert_close(got[name], want[name], TOL, f"{name} {width}")
+    ro = xv.copy()
+    ro.flags.writeable = False
+    for xin in (ro, np.asfortranarray(xv), xv[:, :, :, ::-1].copy()[:, :, :, ::-1], rand(rng, 2, 3, 19, 22)):
+        got, want = exe.run({"x": xin, "s": sv}), ref.run({"x": xin, "s": sv})
+        for name in want:
+            assert_close(got[name], want[name], TOL, f"{name} {width} in place or copied")
+
+
 # Winograd F(4x4,3x3): its transforms scale by up to 8 (A), 5 (B) and 1/24 (G), so rounding
 # grows with cancellation; 1e-3 of the output scale, as F(2x2,3x3) in test_fast_parity.
 F4_TOL = 1e-3

@@ -12,7 +12,7 @@ from ..thunks.layout import lanes_of
 from ..thunks.records import Choice, Record, Thunk
 from . import choose as _choose
 from . import dispatch, nchwc, simd
-from .jit import bound_call
+from .jit import FastCall, bound_call
 from .gemm import configure_threads
 
 
@@ -55,6 +55,19 @@ class CpuBackend:
                 return y, bound_call(fn, redirect(args, y.reshape(-1)), resolved)
             return make
         return bind
+
+    def input_feeder(self, thunk: Thunk, role: str):
+        """A kernel that takes the array it reads a plain input from as an argument
+        (dispatch.INPUT_ARG) reads a graph input in place: feed(call, x) is the thunk's bound
+        call reading x (the user's array, flat, C-contiguous, writable, aligned: the arena's
+        numba type, so the call shares its entry point) instead of the arena's copy."""
+        redirect = dispatch.INPUT_ARG.get((type(thunk.record), thunk.algo), {}).get(role)
+        if redirect is None or dispatch.packs_every_run(thunk):
+            return None
+
+        def feed(call, x):
+            return FastCall(call.func, redirect(call.args, x), call.entry) if isinstance(call, FastCall) else None
+        return feed
 
     def before_first_calls(self, calls) -> None:
         """A new arena is about to run: say so when its kernels are not in numba's cache yet."""

@@ -359,7 +359,7 @@ def plain_in_prepare(t, arena):
 @runs(R.Conv3d, "nchwc_plain_in")
 def conv_nchwc_plain_in(t, arena):
     g = t.record.geometry.lifted(3)
-    args = (arena, t.off("x") // 4, t.persistent_off // 4, *_y_args(t, arena), g.y_shape[1], g.x_shape[0],
+    args = (arena, arena, t.off("x") // 4, t.persistent_off // 4, *_y_args(t, arena), g.y_shape[1], g.x_shape[0],
             g.x_shape[1], *_geometry_args(g), t.tiling.tile, _epi_args(t, arena), simd.lanes(t.tiling.lanes))
     return with_weights(nchwc.conv_plain_in, args, t, nchwc.pack_plain_in, _plain_in_pack_args(t, arena))
 
@@ -462,15 +462,28 @@ def _y_at(ya_index: int):
 OUTPUT_ARG = {
     (R.Conv2D, "nchwc_direct"): _y_at(3), (R.Conv2D1x1, "nchwc_direct"): _y_at(3),
     (R.Conv2D, "nchwc_1x1"): _y_at(3), (R.Conv2D1x1, "nchwc_1x1"): _y_at(3),
-    (R.Conv2D, "nchwc_plain_in"): _y_at(3), (R.Conv2D1x1, "nchwc_plain_in"): _y_at(3),
+    (R.Conv2D, "nchwc_plain_in"): _y_at(4), (R.Conv2D1x1, "nchwc_plain_in"): _y_at(4),
     (R.Conv2D, "nchwc_depthwise"): _y_at(3),
-    (R.Conv3d, "nchwc_direct"): _y_at(3), (R.Conv3d, "nchwc_plain_in"): _y_at(3), (R.Conv3d, "nchwc_depthwise"): _y_at(3),
+    (R.Conv3d, "nchwc_direct"): _y_at(3), (R.Conv3d, "nchwc_plain_in"): _y_at(4), (R.Conv3d, "nchwc_depthwise"): _y_at(3),
     (R.Pool2D, "nchwc_pool"): _y_at(2), (R.Pool3D, "nchwc_pool"): _y_at(2),
     (R.Conv2D, "winograd_f4"): _y_at(3),
     (R.Conv2dBackwardInput, "winograd_f4"): _y_at(3), (R.ConvTranspose2d, "winograd_f4"): _y_at(3),
     (R.Conv2dBackwardInput, "nchwc_direct"): _y_at(3), (R.ConvTranspose2d, "nchwc_direct"): _y_at(3),
     (R.ConvTranspose3d, "nchwc_direct"): _y_at(3),
     (R.Conv2dBackwardWeight, "nchwc_wgrad"): _y_at(4),
+}
+
+
+def _x_at(xa_index):
+    """INPUT_ARG entry: the kernel's (xa, x0) arguments at xa_index pointed at array x."""
+    return lambda args, x: args[:xa_index] + (x, 0) + args[xa_index + 2:]
+
+
+# (record type, algo) -> {role: redirect(args, x)}: the args reading that input from x (a
+# graph input's own flat array) instead of the arena; kernels that only read it there
+INPUT_ARG = {
+    (R.Conv2D, "nchwc_plain_in"): {"x": _x_at(1)}, (R.Conv2D1x1, "nchwc_plain_in"): {"x": _x_at(1)},
+    (R.Conv3d, "nchwc_plain_in"): {"x": _x_at(1)},
 }
 
 

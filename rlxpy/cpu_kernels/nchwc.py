@@ -811,10 +811,11 @@ def _copy_row(a, src, xp, dst, count, L):
 
 
 @parallel_kernel
-def conv_plain_in(a, x0, p0, ya, y0, y_plain, K, N, C, D, H, Wi, OD, OH, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw,
-                  dd, dh, dw, rows, epi, L):
+def conv_plain_in(a, xa, x0, p0, ya, y0, y_plain, K, N, C, D, H, Wi, OD, OH, OW, KD, KH, KW, sd, sh, sw, pd, ph,
+                  pw, dd, dh, dw, rows, epi, L):
     """As conv, but x is plain [N, C, D, H, W] (no channel padding: a 1-channel input wastes
-    nothing): per input channel and tap, 6 broadcasts of x and 2 weight vectors for 12 FMAs
+    nothing), at x0 in xa: the arena, or a graph input's own array, read in place (the only
+    reads of x are the slab copies below; nothing is written to xa). Per input channel and tap, 6 broadcasts of x and 2 weight vectors for 12 FMAs
     (12 broadcasts and one vector for a lone output block). Work items: (image, output
     plane, run of `rows` output rows). Each output row first copies the input rows it reads
     (its kernel rows inside x, every channel) into a row buffer with zeros on both sides, the
@@ -858,7 +859,7 @@ def conv_plain_in(a, x0, p0, ya, y0, y_plain, K, N, C, D, H, Wi, OD, OH, OW, KD,
                 if idp < 0 or idp >= D:
                     continue
                 for sr in range(max(0, -ih_a), min(SR, H - ih_a)):
-                    _copy_row(a, x0 + (((n * C + c) * D + idp) * H + ih_a + sr) * Wi, xp,
+                    _copy_row(xa, x0 + (((n * C + c) * D + idp) * H + ih_a + sr) * Wi, xp,
                               ((c * KD + kd) * SR + sr) * WP + pw, Wi, L)
         for oh in range(rc * rows, min(OH, rc * rows + rows)):
             ih0 = oh * sh - ph

@@ -110,7 +110,7 @@ class ArenaPool:
 
     def __init__(self, plan, backend, binders: Sequence[Callable], prepares: Sequence[Tuple[Callable, object]] = (),
                  output_binders: Sequence[Tuple[str, int, Callable]] = (), order: Sequence[int] = None,
-                 call_thunks: Sequence[object] = None):
+                 call_thunks: Sequence[object] = None, input_feeds: Sequence[Tuple[str, int, Callable]] = ()):
         """binders: one per call of a run, in run order; order: the plan's thunk index of each,
         call_thunks: the thunk each call runs (default: one call per thunk, in plan order; a
         segment's thunks have a call per image, each with its one-image thunk)."""
@@ -122,6 +122,10 @@ class ArenaPool:
             raise ValueError(f"ArenaPool: {len(self.binders)} binders for {len(self.order)} calls")
         # a graph output written straight into the returned array: its thunk's (only) call
         self.output_binders = tuple((name, self.order.index(i), bind) for name, i, bind in output_binders)
+        # a graph input read in place by its one reader: feed(call, x) -> the call reading x
+        # (not a thunk called image by image: each image's call reads its own slice)
+        self.input_feeds = tuple((name, self.order.index(i), feed) for name, i, feed in input_feeds
+                                 if self.order.count(i) == 1)
         self._free: List[BoundArena] = []
         self._lock = threading.Lock()
         self.made = 0

@@ -53,6 +53,11 @@ class Backend(Protocol):
         it to an arena as a maker of (fresh output array, the call writing into it), so a
         run returns that array with no copy out of the arena; None where the kernel can't."""
 
+    def input_feeder(self, thunk: Thunk, role: str) -> Optional[Callable]:
+        """For a thunk whose input `role` is a graph input (stored plain) no other thunk reads:
+        feed(bound call, flat input array) -> the call reading that array in place, so a run
+        copies nothing into the arena for it; None where the kernel can't."""
+
     def prepare(self, thunk: Thunk) -> Optional[Kernel]:
         """What fills this thunk's persistent bytes once per arena (after params are copied in), or None."""
 

@@ -45,6 +45,14 @@ def check_algos(graph: Graph, algos) -> Dict[str, str]:
     return dict(algos)
 
 
+def _readable_in_place(x) -> bool:
+    """Whether a kernel may read input x where it is: a C-contiguous, writable, aligned
+    float32 array is the arena's own numba type (a read-only or misaligned one would need
+    another compiled overload), so it is read in place; any other is copied into the arena."""
+    f = x.flags
+    return f.c_contiguous and f.writeable and f.aligned
+
+
 def _empty(shapes) -> Optional[str]:
     """The first input with a zero-size dim (an empty batch), or None."""
     return next((name for name, shape in shapes.items() if 0 in shape), None)
@@ -156,7 +164,12 @@ class Executable:
             direct = [(name, i, fn) for name, (i, role) in plan.sole_outputs.items()
                       if not self.guard_bytes and
                       (fn := self.backend.output_binder(plan.thunks[i], role, plan.outputs[name][1])) is not None]
-            pool = ArenaPool(plan, self.backend, binders, prepares, direct, [k for k, _, _ in order], call_thunks)
+            feeder = getattr(self.backend, "input_feeder", None)
+            feeds = [(name, i, fn) for name, (i, role) in plan.sole_inputs.items()
+                     if feeder is not None and not self.guard_bytes
+                     and (fn := feeder(plan.thunks[i], role)) is not None]
+            pool = ArenaPool(plan, self.backend, binders, prepares, direct, [k for k, _, _ in order], call_thunks,
+                             feeds)
             with self._lock:
                 hit = self._compiled.setdefault(key, Compiled(plan, pool))
                 self._evict(self._compiled)
@@ -298,13 +311,20 @@ class Executable:
         b = self.backend
         bound = compiled.pool.acquire()
         try:
-            self._copy_inputs(bound, inputs)
-            calls, out = bound.calls, {}
-            if bound.direct:                 # these thunks write straight into the arrays returned
+            calls, out, fed = bound.calls, {}, set()
+            feeds = compiled.pool.input_feeds
+            if bound.direct or feeds:
                 calls = list(calls)
-                for name, i, make in bound.direct:
-                    out[name], fn = make()
+            for name, i, make in bound.direct:     # these thunks write straight into the arrays returned
+                out[name], fn = make()
+                calls[i] = (fn, calls[i][1])
+            for name, i, feed in feeds:            # and these read an input where the caller holds it
+                x = inputs[name]
+                fn = feed(calls[i][0], x.reshape(-1)) if _readable_in_place(x) else None
+                if fn is not None:
                     calls[i] = (fn, calls[i][1])
+                    fed.add(name)
+            self._copy_inputs(bound, inputs, fed)
             if self.config.profile:
                 self._launch_profiled(calls, compiled.plan)
             else:
@@ -345,9 +365,11 @@ class Executable:
         concrete = infer_concrete(self._nodes, self._params, shapes, order)
         return {name: np.zeros(concrete[v], np.float32) for name, v in self._outputs.items()}
 
-    def _copy_inputs(self, bound, inputs) -> None:
+    def _copy_inputs(self, bound, inputs, skip=()) -> None:
         b = self.backend
         for (name, view), layout in zip(bound.inputs, bound.input_layouts):
+            if name in skip:
+                continue
             if layout == PLAIN:
                 b.copy_into(view, inputs[name])
             else:

@@ -38,6 +38,7 @@ class Plan:
     layouts: Dict[int, str] = field(default_factory=dict)   # value id -> stored layout, where not plain
     input_layouts: Dict[str, str] = field(default_factory=dict)   # graph input -> the layout it is copied in as
     sole_outputs: Dict[str, Tuple[int, str]] = field(default_factory=dict)   # output -> (thunk, role) if unread
+    sole_inputs: Dict[str, Tuple[int, str]] = field(default_factory=dict)    # plain input -> its one (thunk, role)
     segments: Tuple[Segment, ...] = ()                # runs of thunks called image by image (segments.py)
 
 
@@ -189,6 +190,15 @@ def build_plan(nodes, params, outputs: Dict[str, int], input_shapes, config: Con
             t = produced_at[v]
             sole[name] = (t, next(r for r in records[t].OUTPUTS if getattr(records[t], r) == v))
             taken.add(v)
+    # plain inputs one thunk reads, in one role, and no output is: a backend may have that
+    # thunk read the caller's array in place (no copy into the arena)
+    reads: Dict[int, list] = {}
+    for t, rec in enumerate(records):
+        for role in rec.INPUTS:
+            reads.setdefault(getattr(rec, role), []).append((t, role))
+    sole_in = {nodes[i].name: reads[i][0] for i in order
+               if nodes[i].op == "Input" and layout_of.get(i, PLAIN) == PLAIN and len(reads.get(i, ())) == 1
+               and i not in outputs.values()}
     values = list(order) + new_values
     pinned = set(outputs.values()) | {i for i in order if nodes[i].op in SOURCES}
     segments = ()
@@ -233,4 +243,4 @@ def build_plan(nodes, params, outputs: Dict[str, int], input_shapes, config: Con
         params=tuple((offsets[i], params[i]) for i in order if nodes[i].op == "Param"),
         guards=guards, layouts=layout_of,
         input_layouts={name: layout_of.get(v, PLAIN) for name, v in in_names.items()},
-        sole_outputs=sole, segments=segments)
+        sole_outputs=sole, sole_inputs=sole_in, segments=segments)

@@ -96,6 +96,9 @@ class TritonBackend:
     def output_binder(self, thunk, role, shape):
         return None             # outputs are copied out of the arena (a CUDA graph replays fixed addresses)
 
+    def input_feeder(self, thunk, role):
+        return None             # inputs are copied into the arena (a CUDA graph replays fixed addresses)
+
     def copy_into_layout(self, view, array, layout) -> None:
         raise NotImplementedError(f"the GPU backend stores every tensor plain, not {layout}")
 
