@@ -37,8 +37,9 @@ def expected_conv2d_algo(config, case):
     input channels than lanes (groups 1, up to 2-D) and the blocked depthwise kernel
     (multiplier 1); the per-plane depthwise kernel (one input channel per group); with
     vectors, the blocked conv where a group's channels are whole blocks (or there is one
-    group) and padding them to blocks adds at most a third; im2col. 1x1 unpadded stride-1
-    groups-1 -> GEMM."""
+    group), however padded; im2col. 1x1 unpadded stride-1
+    groups-1 -> the blocked GEMM where padding adds at most a third or there is a whole
+    block of input channels, else the plain GEMM."""
     kw, (_, x), (_, w) = case.kw, case.inputs[0], case.params[0]
     nsp = len(x) - 2
     lanes = simd.resolve_width(config.simd_width)
@@ -46,7 +47,7 @@ def expected_conv2d_algo(config, case):
     c, kout = x[1], w[0]
     blocks = lambda n: -(-n // lanes) * lanes  # noqa: E731
     if k == (1,) * nsp and stride == (1,) * nsp and kw["padding"] == 0 and groups == 1:
-        return "nchwc_1x1" if lanes > 1 and blocks(c) * blocks(kout) <= 1.34 * c * kout else "gemm1x1"
+        return "nchwc_1x1" if lanes > 1 and (blocks(c) * blocks(kout) <= 1.34 * c * kout or c >= lanes) else "gemm1x1"
     if config.winograd and k == (3, 3) and stride == (1, 1) and dilation == (1, 1) and groups == 1:
         return "winograd"
     if config.direct_conv and all(s == 1 for s in stride) and all(d == 1 for d in dilation):
@@ -60,7 +61,7 @@ def expected_conv2d_algo(config, case):
     if lanes == 1:
         return "im2col"
     whole = groups == 1 or ((c // groups) % lanes == 0 and (kout // groups) % lanes == 0)
-    if nsp <= 2 and whole and (groups > 1 or blocks(c) * blocks(kout) <= 1.34 * c * kout):
+    if nsp <= 2 and whole:           # however padded its channels
         unpadded = not np.any(kw["padding"])
         return "nchwc_1x1" if k == (1,) * nsp and unpadded and groups == 1 else "nchwc_direct"
     return "im2col"
@@ -217,7 +218,7 @@ def expected_conv3d_algo(case):
         return "nchwc_depthwise"
     blocks = lambda n: -(-n // lanes) * lanes  # noqa: E731
     whole = groups == 1 or ((c // groups) % lanes == 0 and (k // groups) % lanes == 0)
-    return "nchwc_direct" if whole and (groups > 1 or blocks(c) * blocks(k) <= 1.34 * c * k) else "im2col"
+    return "nchwc_direct" if whole else "im2col"
 
 
 @pytest.mark.parametrize("case", OTHER_CASES, ids=lambda c: c.id)

@@ -380,6 +380,31 @@ def test_the_default_rule_takes_the_vector_kernels_where_they_pay():
     assert "stem:" + blocked(lanes) not in th      # the stem writes the blocked layout itself
 
 
+@pytest.mark.parametrize("width", [16, 8])
+def test_padded_channels_keep_a_vector_kernel_never_im2col(width):
+    """Channels far from whole blocks (width + width/4 -> the same, 1.6 x 1.6 padded; 3 width
+    - 2 -> 1, 16x / 8x padded outputs) keep the blocked conv, a 1x1 from a whole block of
+    inputs the blocked GEMM; each says what the padding rule would have said and matches
+    the reference."""
+    rng = np.random.default_rng(48)
+    g = rx.Graph()
+    c1, c2 = width + width // 4, 3 * width - 2
+    x1, x2, x3 = g.input("x1", (2, c1, 11, 13)), g.input("x2", (1, c2, 9, 9)), g.input("x3", (2, width + 2, 6, 7))
+    g.output("a", g.conv(x1, g.param("wa", rand(rng, c1, c1, 3, 3)), padding=1, name="a"))
+    g.output("b", g.conv(x2, g.param("wb", rand(rng, 1, c2, 3, 3)), stride=2, name="b"))
+    g.output("p", g.conv(x3, g.param("wp", rand(rng, 2, width + 2, 1, 1)), name="p"))
+    exe = rx.compile(g, rx.Config(simd_width=width))
+    th = {t.node: t for t in exe.thunks}
+    assert th["a"].algo == "nchwc_direct" and "2.6x padded in blocks" in th["a"].why, th["a"].why
+    assert "still faster than im2col" in th["a"].why
+    assert th["b"].algo == "nchwc_direct" and "still faster than im2col" in th["b"].why, th["b"].why
+    assert th["p"].algo == "nchwc_1x1" and "still faster than gemm1x1" in th["p"].why, th["p"].why
+    feeds = {"x1": rand(rng, 2, c1, 11, 13), "x2": rand(rng, 1, c2, 9, 9), "x3": rand(rng, 2, width + 2, 6, 7)}
+    got, want = exe.run(feeds), rx.compile(g, REFERENCE).run(feeds)
+    for name in want:
+        assert_close(got[name], want[name], TOL, f"{name} {width}")
+
+
 def test_layout_names_and_shapes():
     assert lanes_of(PLAIN) == 0 and lanes_of(blocked(16)) == 16 and blocked(8) == "nchw8c"
     assert stored_shape((2, 5, 3, 4), PLAIN) == (2, 5, 3, 4)
@@ -676,13 +701,14 @@ def test_a_1x1_conv_between_blocked_neighbours_takes_the_blocked_kernel():
 def test_a_head_1x1_to_few_channels_reads_blocked_x_and_writes_plain(width, monkeypatch):
     """A segmentation head (1x1 from whole blocks of channels to fewer channels than lanes)
     after a blocked conv: nchwc_1x1 reads x blocked and writes the graph output plain, with
-    no reorder between; its padded output lanes never reach y. Input channels not in whole
-    blocks keep the plain GEMM, and so does the head alone (x plain, read in place)."""
+    no reorder between; its padded output lanes never reach y. Alone (x plain) and with input
+    channels not in whole blocks it is still nchwc_1x1 from a whole block of inputs up (the
+    blocked GEMM beat gemm1x1 on such shapes, choose.choose_conv2d_1x1)."""
     monkeypatch.setenv("RLX_SIMD_WIDTH", str(width))
     rng = np.random.default_rng(61)
     # (c, k, after a blocked conv, alone): 2w -> w - 1 pads by less than a third, blocked anyway
-    for c, k, algo, alone_algo in ((width, 2, "nchwc_1x1", "gemm1x1"), (2 * width, width - 1, "nchwc_1x1", "nchwc_1x1"),
-                                   (width + 3, 2, "gemm1x1", "gemm1x1")):
+    for c, k, algo, alone_algo in ((width, 2, "nchwc_1x1", "nchwc_1x1"), (2 * width, width - 1, "nchwc_1x1", "nchwc_1x1"),
+                                   (width + 3, 2, "nchwc_1x1", "nchwc_1x1")):
         g = rx.Graph()
         x = g.input("x", (3, c, 7, 11))
         body = g.relu(g.conv(x, g.param("w3", rand(rng, c, c, 3, 3)), padding=1, name="body"))

@@ -143,7 +143,17 @@ def transposed_nchwc_choice(rec, ctx: ChoiceContext, why: str) -> Choice:
 
 # Past this share of padded channels (in x out, over the real ones) the blocked kernel's
 # wasted FMAs cost more than im2col's column fill: the RGB stem (3 -> 64 at 8 lanes: 2.7x).
+# Still the rule for stride-1 transposed convs and the weight gradient; for forward convs
+# only what explain() says (_blocked_or_im2col: the blocked kernel beat im2col at any padding).
 NCHWC_MAX_WASTE = 1.34
+
+# A forward conv refused the blocked kernel for its padded channels alone still runs it: on
+# the Zen5 of 2026-12-05 (single convs at batch 1, the reorder of x included, ms, nchwc_direct
+# / im2col) 16 lanes 20 -> 20 @56 0.173 / 0.291, 20 -> 50 5x5 @24 0.112 / 0.155, 36 -> 36
+# @28 0.090 / 0.153, 64 -> 1 @56 (16x padded outputs) 0.156 / 0.497; 8 lanes 20 -> 20 @56
+# 0.159 / 0.291, 12 -> 30 @56 0.135 / 0.243. (Reading x plain, nchwc_plain_in, was faster
+# alone where x's own padding is large, 0.137 on 20 -> 20 at 16 lanes, but after a blocked
+# producer it costs a reorder to plain: the blocked kernel keeps chains in one layout.)
 
 
 def plain_in_choice(g: ConvGeometry, ctx: ChoiceContext, why: str, passed=()) -> Choice:
@@ -429,11 +439,13 @@ def _few_channels_or_depthwise(g: ConvGeometry, ctx: ChoiceContext, lanes: int, 
 
 
 def _blocked_or_im2col(g: ConvGeometry, ctx: ChoiceContext, lanes: int, passed) -> Choice:
-    """The default's last step: the blocked conv where its padded channels cost little, else
-    im2col + GEMM."""
+    """The default's last step: the blocked conv wherever it can run, whatever its padded
+    channels cost (see the measurements above NCHWC_MAX_WASTE's use here); else im2col + GEMM."""
     blocked_why = "RLX_SIMD_WIDTH=1" if lanes == 1 else nchwc_default_reason(g, lanes)
     if blocked_why is None:
         return blocked_conv_choice(g, ctx, "vector conv", passed)
+    if lanes > 1 and nchwc.eligible(g, lanes) is None:       # refused for its padding alone
+        return blocked_conv_choice(g, ctx, f"vector conv ({blocked_why}: still faster than im2col)", passed)
     return im2col_choice(g, ctx, f"im2col+GEMM ({blocked_why}); " + "; ".join(passed))
 
 
@@ -448,6 +460,14 @@ def choose_conv2d_1x1(rec: R.Conv2D1x1, ctx: ChoiceContext) -> Choice:
         # gemm1x1's 0.59 (bench/conv_suite.py); between blocked neighbours no reorder at all
         return nchwc_1x1_choice(rec.geometry, ctx, "1x1 as the blocked GEMM (faster than gemm1x1 even with a "
                                                    "reorder on each side)")
+    if lanes > 1 and rec.geometry.x_shape[1] >= lanes and nchwc.eligible(rec.geometry, lanes) is None:
+        # padded channels too, from a whole block of inputs up (Zen5, batch 1, alone with the
+        # reorders, ms, nchwc_1x1 / gemm1x1): 16 lanes 20 -> 50 @56 0.054 / 0.069, 64 -> 4
+        # @56 0.045 / 0.060, 100 -> 20 @28 0.031 / 0.044; 8 lanes 20 -> 50 0.059 / 0.074,
+        # 64 -> 4 0.043 / 0.060; 36 -> 36 @28 a tie at both widths. Fewer input channels
+        # than lanes (not measured) keep the GEMM, which reads x in place.
+        return nchwc_1x1_choice(rec.geometry, ctx, f"1x1 as the blocked GEMM ({blocked_why}: still faster than "
+                                                   "gemm1x1)")
     if lanes > 1 and ctx.near_blocked and few_outputs_head(rec.geometry, lanes):
         # a head after a blocked conv (a U-Net's 16 -> 2 @64): the padded output lanes cost
         # FMAs on a memory-bound conv, gemm1x1 a reorder of x to plain first: batch 8, 0.085 ms
