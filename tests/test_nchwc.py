@@ -507,11 +507,13 @@ def test_a_final_vector_kernel_writes_the_returned_array_itself_and_runs_stay_in
 def test_the_plain_input_kernel_reads_a_graph_input_where_the_caller_holds_it(width):
     """A plain input whose one reader is nchwc_plain_in is read in place: nothing is copied
     into its arena slot (it stays zero) and the output is the reference's. An input read by
-    two thunks, or handed over read-only or non-contiguous, is copied in as before; every
-    run stays right, also with both kinds of call on one executable."""
+    two thunks, or handed over read-only or non-contiguous, or smaller than
+    IN_PLACE_MIN_BYTES, is copied in as before; every run stays right, also with both kinds
+    of call on one executable."""
+    from rlxpy.thunks.executor import IN_PLACE_MIN_BYTES
     rng = np.random.default_rng(53)
     g = rx.Graph()
-    x = g.input("x", (None, 3, 19, 22))
+    x = g.input("x", (None, 3, None, None))
     s = g.input("s", (None, 2, 9, 9))
     y = g.relu(g.conv(x, g.param("w", rand(rng, 24, 3, 3, 3)), g.param("b", rand(rng, 24)), stride=2, padding=1,
                       name="stem"))
@@ -521,7 +523,8 @@ def test_the_plain_input_kernel_reads_a_graph_input_where_the_caller_holds_it(wi
     g.output("s2", g.conv(s, ws, stride=2, name="s2"))
     algos = {"stem": "nchwc_plain_in", "s1": "nchwc_plain_in", "s2": "nchwc_plain_in"}
     exe, ref = rx.compile(g, rx.Config(simd_width=width), algos=algos), rx.compile(g, REFERENCE)
-    xv, sv = rand(rng, 2, 3, 19, 22), rand(rng, 2, 2, 9, 9)
+    xv, sv = rand(rng, 2, 3, 39, 44), rand(rng, 2, 2, 9, 9)
+    assert xv.nbytes >= IN_PLACE_MIN_BYTES
     got = exe.run({"x": xv, "s": sv})
     assert {t.algo for t in exe.thunks if t.node in algos} == {"nchwc_plain_in"}, exe.explain()
     compiled = exe._compile_for({"x": xv.shape, "s": sv.shape})
@@ -535,10 +538,16 @@ def test_the_plain_input_kernel_reads_a_graph_input_where_the_caller_holds_it(wi
         assert_close(got[name], want[name], TOL, f"{name} {width}")
     ro = xv.copy()
     ro.flags.writeable = False
-    for xin in (ro, np.asfortranarray(xv), xv[:, :, :, ::-1].copy()[:, :, :, ::-1], rand(rng, 2, 3, 19, 22)):
+    for xin in (ro, np.asfortranarray(xv), xv[:, :, :, ::-1].copy()[:, :, :, ::-1], rand(rng, 2, 3, 39, 44)):
         got, want = exe.run({"x": xin, "s": sv}), ref.run({"x": xin, "s": sv})
         for name in want:
             assert_close(got[name], want[name], TOL, f"{name} {width} in place or copied")
+    small = rand(rng, 2, 3, 9, 10)                      # under IN_PLACE_MIN_BYTES: copied in
+    got, want = exe.run({"x": small, "s": sv}), ref.run({"x": small, "s": sv})
+    (bound,) = exe._compile_for({"x": small.shape, "s": sv.shape}).pool.idle()
+    assert_close(dict(bound.inputs)["x"], small, 0.0, "small x copied in")
+    for name in want:
+        assert_close(got[name], want[name], TOL, f"{name} {width} small")
 
 
 # Winograd F(4x4,3x3): its transforms scale by up to 8 (A), 5 (B) and 1/24 (G), so rounding

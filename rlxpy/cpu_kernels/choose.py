@@ -147,14 +147,6 @@ def transposed_nchwc_choice(rec, ctx: ChoiceContext, why: str) -> Choice:
 # only what explain() says (_blocked_or_im2col: the blocked kernel beat im2col at any padding).
 NCHWC_MAX_WASTE = 1.34
 
-# A forward conv refused the blocked kernel for its padded channels alone still runs it: on
-# the Zen5 of 2026-12-05 (single convs at batch 1, the reorder of x included, ms, nchwc_direct
-# / im2col) 16 lanes 20 -> 20 @56 0.173 / 0.291, 20 -> 50 5x5 @24 0.112 / 0.155, 36 -> 36
-# @28 0.090 / 0.153, 64 -> 1 @56 (16x padded outputs) 0.156 / 0.497; 8 lanes 20 -> 20 @56
-# 0.159 / 0.291, 12 -> 30 @56 0.135 / 0.243. (Reading x plain, nchwc_plain_in, was faster
-# alone where x's own padding is large, 0.137 on 20 -> 20 at 16 lanes, but after a blocked
-# producer it costs a reorder to plain: the blocked kernel keeps chains in one layout.)
-
 
 def plain_in_choice(g: ConvGeometry, ctx: ChoiceContext, why: str, passed=()) -> Choice:
     lanes = _lanes(ctx)
@@ -440,11 +432,19 @@ def _few_channels_or_depthwise(g: ConvGeometry, ctx: ChoiceContext, lanes: int, 
 
 def _blocked_or_im2col(g: ConvGeometry, ctx: ChoiceContext, lanes: int, passed) -> Choice:
     """The default's last step: the blocked conv wherever it can run, whatever its padded
-    channels cost (see the measurements above NCHWC_MAX_WASTE's use here); else im2col + GEMM."""
+    channels cost; else im2col + GEMM."""
     blocked_why = "RLX_SIMD_WIDTH=1" if lanes == 1 else nchwc_default_reason(g, lanes)
     if blocked_why is None:
         return blocked_conv_choice(g, ctx, "vector conv", passed)
-    if lanes > 1 and nchwc.eligible(g, lanes) is None:       # refused for its padding alone
+    if lanes > 1 and nchwc.eligible(g, lanes) is None:
+        # refused for its padded channels alone, yet still faster: on the Zen5 of 2026-12-05
+        # (single convs at batch 1, the reorder of x included, ms, nchwc_direct / im2col) 16
+        # lanes 20 -> 20 @56 0.173 / 0.291, 20 -> 50 5x5 @24 0.112 / 0.155, 36 -> 36 @28 0.090
+        # / 0.153, 64 -> 1 @56 (16x padded outputs) 0.156 / 0.497; 8 lanes 20 -> 20 @56 0.159
+        # / 0.291, 12 -> 30 @56 0.135 / 0.243. (Reading x plain, nchwc_plain_in, was faster
+        # alone where x's own padding is large, 0.137 on 20 -> 20 at 16 lanes, but after a
+        # blocked producer it costs a reorder to plain: the blocked kernel keeps chains in
+        # one layout.)
         return blocked_conv_choice(g, ctx, f"vector conv ({blocked_why}: still faster than im2col)", passed)
     return im2col_choice(g, ctx, f"im2col+GEMM ({blocked_why}); " + "; ".join(passed))
 

@@ -815,8 +815,9 @@ def conv_plain_in(a, xa, x0, p0, ya, y0, y_plain, K, N, C, D, H, Wi, OD, OH, OW,
                   pw, dd, dh, dw, rows, epi, L):
     """As conv, but x is plain [N, C, D, H, W] (no channel padding: a 1-channel input wastes
     nothing), at x0 in xa: the arena, or a graph input's own array, read in place (the only
-    reads of x are the slab copies below; nothing is written to xa). Per input channel and tap, 6 broadcasts of x and 2 weight vectors for 12 FMAs
-    (12 broadcasts and one vector for a lone output block). Work items: (image, output
+    reads of x are the slab copies below; nothing is written to xa). Per input channel and
+    tap, 6 broadcasts of x and 2 weight vectors for 12 FMAs (12 broadcasts and one vector
+    for a lone output block). Work items: (image, output
     plane, run of `rows` output rows). Each output row first copies the input rows it reads
     (its kernel rows inside x, every channel) into a row buffer with zeros on both sides, the
     horizontal padding: then every pixel of the row runs in tiles over one table of taps
