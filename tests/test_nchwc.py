@@ -450,6 +450,101 @@ def test_an_input_copied_in_blocked_may_have_any_strides():
 POOL_CASES = [c for c in cases("fast") + cases("reference") if c.op == "pool"]     # 1-, 2- and 3-D
 
 
+
+def _onnx_average_pool(x, kernel, pads, dilations, count_include_pad):
+    """onnxruntime's AveragePool (opset 19, which takes dilations) on x."""
+    ort = pytest.importorskip("onnxruntime")
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+    node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=list(kernel), pads=list(pads),
+                            dilations=list(dilations), count_include_pad=int(count_include_pad))
+    graph = helper.make_graph([node], "pool", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, {"x": x})[0]
+
+
+def _mean_inside(x, kernel, padding, dilation):
+    """The mean of each window's taps inside x (count_include_pad off; stride 1), 0 for a
+    window with none: numpy loops, the rule written out."""
+    (kh, kw), (ph, pw), (dh, dw) = kernel, padding, dilation
+    n, c, h, w = x.shape
+    oh, ow = h + 2 * ph - dh * (kh - 1), w + 2 * pw - dw * (kw - 1)
+    y = np.zeros((n, c, oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            taps = [(i - ph + a * dh, j - pw + b * dw) for a in range(kh) for b in range(kw)]
+            taps = [(r, q) for r, q in taps if 0 <= r < h and 0 <= q < w]
+            if taps:
+                y[:, :, i, j] = np.mean([x[:, :, r, q] for r, q in taps], axis=0, dtype=np.float64)
+    return y
+
+
+# (x shape, kernel, padding, dilation): windows whose taps skip over x into the padding
+# (ONNX allows it; onnxruntime when the padding is under the kernel, so every output row of
+# those is empty); a 20-channel x pads its last block
+EMPTY_WINDOW_POOLS = [
+    ((1, 20, 2, 9), (2, 2), (1, 1), (3, 3)),           # rows -1 and 2 of 2
+    ((2, 3, 3, 13), (2, 3), (1, 0), (4, 1)),           # rows -1 and 3 of 3
+    ((1, 20, 2, 3, 9), (2, 1, 2), (1, 0, 1), (3, 1, 3)),   # 3-D: planes -1 and 2 of 2
+]
+
+
+def _avg_pool_runs(g, x, want, width, what):
+    """The reference, parallel and nchwc_pool kernels all give `want`."""
+    for config, algo in ((REFERENCE, None), (rx.Config(simd_width=width), "parallel"),
+                         (rx.Config(simd_width=width), "nchwc_pool")):
+        exe = rx.compile(g, config, algos={"p": algo} if algo else None)
+        assert algo is None or main_thunk(exe).algo == algo, exe.explain()
+        assert_close(exe.run({"x": x})["y"], want, 1e-5, f"{what} {algo} {width}")
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("case", EMPTY_WINDOW_POOLS, ids=str)
+def test_a_window_with_no_tap_inside_x_pools_to_zero_or_minus_inf(case, width):
+    """A window whose every tap lies in the padding: its average is 0, as onnxruntime
+    returns (with or without count_include_pad; the reference kernel divided by zero and
+    failed the run), its max -inf, as PyTorch's max_pool2d returns; on every kernel and
+    width. (Found by the fuzzer with RLX_FUZZ_EXAMPLES=30000.)"""
+    shape, kernel, padding, dilation = case
+    x = rand(np.random.default_rng(61), *shape)
+    for cip in (False, True):
+        want = _onnx_average_pool(x, kernel, list(padding) * 2, dilation, cip)
+        assert want.size and not want.any()
+        g = rx.Graph()
+        g.output("y", g.pool(g.input("x", shape), "avg", kernel, stride=1, padding=padding, dilation=dilation,
+                             count_include_pad=cip, name="p"))
+        _avg_pool_runs(g, x, want, width, f"avg cip={cip}")
+    if len(kernel) == 2:
+        torch = pytest.importorskip("torch")
+        g = rx.Graph()
+        g.output("y", g.pool(g.input("x", shape), "max", kernel, stride=1, padding=padding, dilation=dilation,
+                             name="p"))
+        want = torch.nn.functional.max_pool2d(torch.from_numpy(x), kernel, 1, padding, dilation).numpy()
+        assert want.size and np.isneginf(want).all()
+        for config, algo in ((REFERENCE, None), (rx.Config(simd_width=width), "parallel"),
+                             (rx.Config(simd_width=width), "nchwc_pool")):
+            got = rx.compile(g, config, algos={"p": algo} if algo else None).run({"x": x})["y"]
+            assert got.shape == want.shape and np.isneginf(got).all(), f"max {algo} {width}"
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_windows_in_the_padding_beside_full_ones_average_to_zero(width):
+    """Padding as large as the window's reach (which onnxruntime refuses and ONNX allows)
+    over a one-row x: output row 1's windows (rows -1 and 1) are all padding and average to
+    0, rows 0 and 2 hold the mean of their taps inside x, in one output; checked against
+    the rule written out in numpy."""
+    x = rand(np.random.default_rng(62), 1, 20, 1, 14)
+    kernel, padding, dilation = (2, 3), (2, 4), (2, 2)
+    want = _mean_inside(x, kernel, padding, dilation)
+    assert not want[0, 0].all() and want[0, 0].any()          # both kinds of window
+    g = rx.Graph()
+    g.output("y", g.pool(g.input("x", x.shape), "avg", kernel, stride=1, padding=padding, dilation=dilation,
+                         count_include_pad=False, name="p"))
+    _avg_pool_runs(g, x, want, width, "avg beside the padding")
+
+
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("case", POOL_CASES, ids=lambda c: c.id)
 def test_nchwc_pool_matches_reference_with_nans_at_every_width(case, width):

@@ -980,7 +980,7 @@ def _pool_pixel(a, xb, ih0, iw0, win, L):
         count = pad_planes * padded_taps(KH, ih0, dh, H + eh) * padded_taps(KW, iw0, dw, Wi + ew)
     else:
         count = planes * max(0, i_hi - i_lo) * max(0, j_hi - j_lo)
-    return vmul(acc, vsplat(np.float32(1.0) / np.float32(count), L))
+    return vmul(acc, vsplat(np.float32(1.0) / np.float32(max(1, count)), L))   # no tap inside x: 0
 
 
 @inlined

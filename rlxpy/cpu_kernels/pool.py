@@ -38,7 +38,9 @@ def _pool_plane(x, y, n, c, is_max, KD, KH, KW, sd, sh, sw, pd, ph, pw, ed, eh, 
                 count_include_pad):
     """One (n, c) plane, tap by tap. Average pooling divides as PyTorch (and, with dilation,
     ONNX) does: by the taps inside the padded input when count_include_pad, else by the
-    taps inside the input."""
+    taps inside the input. A window with no tap inside the input (ONNX's dilation or
+    padding past half the kernel) averages to 0, as onnxruntime's (and the GPU kernel's);
+    its max is -inf, as PyTorch's."""
     D, H, W = x.shape[2], x.shape[3], x.shape[4]
     OD, OH, OW = y.shape[2], y.shape[3], y.shape[4]
     for od in range(OD):
@@ -63,7 +65,7 @@ def _pool_plane(x, y, n, c, is_max, KD, KH, KW, sd, sh, sw, pd, ph, pw, ed, eh, 
                                 inside += 1
                 padded = (padded_taps(KD, z0, dd, D + ed) * padded_taps(KH, y0, dh, H + eh) *
                           padded_taps(KW, x0, dw, W + ew))
-                y[n, c, od, oh, ow] = acc / (padded if count_include_pad else inside)
+                y[n, c, od, oh, ow] = acc / max(1, padded if count_include_pad else inside)
 
 
 @kernel
@@ -107,7 +109,7 @@ def _fast_plane(xf, yf, p, is_max, D, H, W, OD, OH, OW, KD, KH, KW, sd, sh, sw, 
                                  padded_taps(KW, x0, dw, W + ew))
                     else:
                         count = (zh - zl) * (yh - yl) * (xh - xl)
-                    acc = acc / np.float32(count)
+                    acc = acc / np.float32(max(1, count))      # no tap inside x: 0, as the reference
                 yf[u(yo + (od * OH + oh) * OW + ow)] = acc
 
 

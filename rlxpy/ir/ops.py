@@ -212,10 +212,12 @@ def _check_pool_window(node: str, kernel, stride, padding, dilation) -> None:
             raise ValueError(f"{node}: kernel_size, stride and dilation must be >= 1 on spatial axis {ax}, "
                              f"got k={k}, stride={s}, dilation={d}")
         # PyTorch refuses padding over half the kernel; ONNX allows more. Taken up to the
-        # window's reach, so every window still holds an element of x
+        # window's reach, so every window's span meets x. (A dilated window can still skip
+        # over a small x, taps at rows -1 and 2 of 2, as PyTorch also takes: its max is
+        # -inf and its average 0, as PyTorch and onnxruntime return.)
         if max(pb, pe) > d * (k - 1):
             raise ValueError(f"{node}: padding {(pb, pe)} on spatial axis {ax} must be at most the window's "
-                             f"reach dilation*(k-1) = {d * (k - 1)}, so that every window holds an input element")
+                             f"reach dilation*(k-1) = {d * (k - 1)}, so that every window's span meets the input")
 
 
 @shape_rule("Pool")
