@@ -159,6 +159,21 @@ def test_triton_pool_and_resize_match_cpu_reference(i):
     assert_close(np.nan_to_num(out), np.nan_to_num(ref), 1e-5)
 
 
+
+@pytest.mark.parametrize("kind,cip", [("avg", False), ("avg", True), ("max", True)])
+def test_triton_pool_window_with_no_tap_inside_x(kind, cip):
+    """A dilated window that skips over a 2-row x (taps at rows -1 and 2): 0 for an average,
+    -inf for a max, as the CPU kernels (and onnxruntime, PyTorch) give."""
+    x = rand(np.random.default_rng(44), 2, 3, 2, 9)
+
+    def build(g, v):
+        return g.pool(v["x"], kind, 2, stride=1, padding=1, dilation=3, count_include_pad=cip)
+    ref, _ = build_and_run(build, {"x": x}, {}, "cpu")
+    out, _ = build_and_run(build, {"x": x}, {}, "cuda")
+    want = -np.inf if kind == "max" else 0.0
+    assert ref.size and (ref == want).all()
+    assert out.shape == ref.shape and (out == want).all()
+
 def test_triton_max_pool2d_backward_matches_cpu_reference():
     rng = np.random.default_rng(44)
     x, dy = rand(rng, 2, 3, 9, 8), rand(rng, 2, 3, 5, 4)
