@@ -121,7 +121,7 @@ class Executable:
         self._lock = threading.Lock()
         self._last: Optional[Compiled] = None
         if not self.is_dynamic:
-            self._compile_for({n: tuple(d) for n, d in self._input_dims.items()})
+            self._compile_for(self._static_shapes)
 
     # -- pickling: the graph as rewritten, params once, config and choices; plans are rebuilt
     _STATE = ("algos", "config", "autotune", "plan_memory", "guard_bytes", "_outputs", "_nodes", "_params",
