@@ -615,9 +615,8 @@ def _slice(imp, node, a):
     starts = [per[k].start for k in axes]
     ends = [per[k].stop for k in axes]
     steps = [per[k].step for k in axes]
-    ends = [min(e, 2 ** 62) if e is not None else 2 ** 62 for e in ends]
-    if any(st < 0 for st in steps):
-        raise OnnxImportError(f"{imp.name_of(node)} (Slice): negative steps are not supported")
+    # ONNX clamps starts and ends as Python's slices do (a backward slice's end to -1: through index 0)
+    ends = [max(min(e, 2 ** 62), -2 ** 62) for e in ends]
     return imp.g.slice(x, starts, ends, axes, steps, name=imp.name_of(node))
 
 

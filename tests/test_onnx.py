@@ -47,6 +47,38 @@ def test_real_models_match_onnxruntime_at_batch_1_and_a_dynamic_batch(name, fold
         assert sum(1 for n in names if "BatchNormalization+" in n and "/Add" in n and "Relu" in n) == 8, names
 
 
+def test_a_flip_exported_by_pytorch_imports_as_backward_slices():
+    """torch.flip exports as Slice with step -1 and an end of INT64_MIN (through index 0)."""
+    import io
+
+    import torch
+
+    class Flipped(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+
+        def forward(self, x):
+            return self.conv(torch.flip(x, [2, 3]))[:, :, ::2].flip(1)
+
+    torch.manual_seed(0)
+    module, buf = Flipped().eval(), io.BytesIO()
+    torch.onnx.export(module, torch.randn(1, 3, 9, 10), buf, input_names=["input"], output_names=["output"],
+                      dynamic_axes={"input": {0: "n"}}, dynamo=False)
+    model = onnx.load_from_string(buf.getvalue())
+    constants = {n.output[0]: onnx.numpy_helper.to_array(n.attribute[0].t).tolist()
+                 for n in model.graph.node if n.op_type == "Constant"}
+    steps = [constants[n.input[4]] for n in model.graph.node if n.op_type == "Slice"]
+    assert steps == [[-1, -1], [2], [-1]], steps      # what the model holds: backward slices
+    exe = rx.compile(rx.onnx.load(model))
+    x = np.random.default_rng(3).standard_normal((2, 3, 9, 10)).astype(np.float32)
+    with torch.no_grad():
+        want = module(torch.from_numpy(x)).numpy()
+    out = exe.run({"input": x})["output"]
+    assert out.shape == want.shape
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
 def test_a_model_with_unknown_ops_is_refused_listing_every_one():
     from onnx import TensorProto, helper
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])
@@ -117,7 +149,6 @@ UNSUPPORTED = {
     "mode 'cubic'": "Resize: cubic mode", "mode 'linear'": "Resize: linear mode",
     "nearest upsampling of a 4-D input by 2": "Resize: only 2x nearest upsampling",
     "does not pick input pixel": "Resize: coordinate modes other than a 2x nearest upsample",
-    "negative steps": "Slice with negative steps",
     "opset 9 ": "opset 9 (Upsample)",
     "do not add up": "Split with zero-size parts (empty tensors)",
     "allowzero": "Reshape allowzero with a 0 dim (empty tensors)",

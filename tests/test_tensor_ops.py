@@ -57,6 +57,12 @@ CASES = {
                {"x": X, "y": rand(RNG, 2, 3, 6, 7)}),
     "slice": (lambda g, v: g.slice(v["x"], [1, -5], [4, 100], [1, 3], [2, 1]), lambda x: x[:, 1:4:2, :, -5:],
               {"x": X}),
+    # backward slices against NumPy's (torch refuses negative steps): through index 0 (end None
+    # or past the start of the axis), stopping short of it, and a step of -2 from the last entry
+    "slice_backward": (lambda g, v: g.slice(v["x"], [-1, 4, 3], [None, 0, -100], [3, 1, 2], [-1, -2, -1]),
+                       lambda x: T(np.ascontiguousarray(x.numpy()[:, 4:0:-2, 3::-1, ::-1])), {"x": X}),
+    "slice_backward_short": (lambda g, v: g.slice(v["x"], [5, -1], [1, -6], [2, 3], [-3, -1]),
+                             lambda x: T(np.ascontiguousarray(x.numpy()[:, :, 5:1:-3, -1:-6:-1])), {"x": X}),
     "split": (lambda g, v: g.split(v["x"], 2, 1)[2], lambda x: torch.split(x, 2, 1)[2], {"x": X}),
     "pad_constant": (lambda g, v: g.pad(v["x"], (1, 2, 0, 3), value=1.5), lambda x: F.pad(x, (1, 2, 0, 3), value=1.5),
                      {"x": X}),

@@ -151,7 +151,9 @@ class TensorOps:
         return self._add("Concat", T.ConcatAttrs(ax), tuple(values), name, tuple(f"input {i}" for i in range(len(values))))
 
     def slice(self, x, starts, ends, axes=None, steps=None, name=None):
-        """x[starts:ends:steps] along axes (Python slicing, clamped; ends may pass the size)."""
+        """x[starts:ends:steps] along axes (Python slicing, clamped; ends may pass the size;
+        a negative step walks backwards, as NumPy's and ONNX's slices do, and an end of None
+        runs to the axis' end in the step's direction)."""
         r = len(x.shape)
         label = name or "slice"
         axes = list(range(len(starts))) if axes is None else [_axis(a, r, label) for a in axes]
@@ -160,7 +162,8 @@ class TensorOps:
             raise ValueError(f"{label}: starts, ends, axes and steps must have the same length")
         per = [(0, 2 ** 62, 1)] * r
         for a, s, e, st in zip(axes, starts, ends, steps):
-            per[a] = (int(s), int(min(e, 2 ** 62)) if e is not None else 2 ** 62, int(st))
+            end = (2 ** 62 if st > 0 else -2 ** 62) if e is None else max(min(int(e), 2 ** 62), -2 ** 62)
+            per[a] = (int(s), end, int(st))
         return self._add("Slice", T.SliceAttrs(tuple(per)), (x,), name)
 
     def split(self, x, split_size_or_sections, dim=0, name=None):

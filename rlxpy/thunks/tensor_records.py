@@ -202,10 +202,18 @@ def compile_transpose(node: Node, ctx: LowerCtx) -> Record:
     return Transpose(node.name, _shapes(node, ctx, node.attrs.perm), x=node.inputs[0], y=node.output)
 
 
+def _concrete_slice(size: int, start: int, end: int, step: int) -> Tuple[int, int, int]:
+    """(start, stop, step) clamped to the axis, as slice.indices gives them, except that a
+    backward slice running through index 0 stops at -size - 1, not -1: slice(*p) reads a stop
+    of -1 as the last index, which would make the slice empty."""
+    start, stop, step = slice(start, end, step).indices(size)
+    return (start, -size - 1 if stop < 0 else stop, step)
+
+
 @compile_rule("Slice")
 def compile_slice(node: Node, ctx: LowerCtx) -> Record:
     x = ctx.shape(node.inputs[0])
-    per = tuple(slice(s, e, st).indices(d) for d, (s, e, st) in zip(x, node.attrs.slices))   # concrete, clamped
+    per = tuple(_concrete_slice(d, s, e, st) for d, (s, e, st) in zip(x, node.attrs.slices))
     return Slice(node.name, _shapes(node, ctx, per), x=node.inputs[0], y=node.output)
 
 
