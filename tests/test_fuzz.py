@@ -44,7 +44,8 @@ def steps(draw):
     elif op in ("add", "mul"):
         a["bshape"] = draw(st.sampled_from(("scalar", "channel", "full", "row")))
     elif op == "slice":
-        a.update(axis=draw(small(1, 3)), start=draw(small(-3, 3)), end=draw(small(-2, 9)), step=draw(small(1, 2)))
+        a.update(axis=draw(small(1, 3)), start=draw(small(-3, 3)), end=draw(small(-2, 9)),
+                 step=draw(st.sampled_from((1, 2, -1, -2))))
     elif op == "pad":
         a.update(p=draw(st.lists(small(0, 2), min_size=4, max_size=4)),
                  mode=draw(st.sampled_from(("constant", "reflect", "replicate"))))
@@ -110,6 +111,11 @@ def apply(g, x, a, name, rng):
     {"op": "pool", "kind": "avg", "k": 2, "stride": 1, "padding": 1, "dilation": 2, "ceil": False, "cip": False}])
 @example(c=1, h=1, w=1, n=1, chain=[
     {"op": "pool", "kind": "max", "k": 2, "stride": 1, "padding": 1, "dilation": 2, "ceil": False, "cip": False}])
+# found by a run of 20000: that -inf through a leaky_relu whose slope (2.8e-276) is 0 in float32:
+# NaN in the kernels and in PyTorch, -inf in the float64 reference until slopes were rounded
+@example(c=1, h=1, w=1, n=1, chain=[
+    {"op": "pool", "kind": "max", "k": 2, "stride": 1, "padding": 1, "dilation": 2, "ceil": False, "cip": False},
+    {"op": "leaky_relu", "slope": 2.7561140211045673e-276}])
 def test_random_graphs_are_refused_by_name_or_match_the_reference(c, h, w, n, chain):
     rng = np.random.default_rng(c * 1000 + h * 100 + w)
     g = rx.Graph()

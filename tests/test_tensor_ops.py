@@ -30,6 +30,9 @@ T = torch.from_numpy
 CASES = {
     "relu": (lambda g, v: g.relu(v["x"]), F.relu, {"x": X}),
     "leaky_relu": (lambda g, v: g.leaky_relu(v["x"], 0.2), lambda x: F.leaky_relu(x, 0.2), {"x": X}),
+    # a slope under float32's range is 0, as PyTorch rounds it: -inf * 0 is NaN there too
+    "leaky_relu_tiny_slope": (lambda g, v: g.leaky_relu(v["x"], 1e-300), lambda x: F.leaky_relu(x, 1e-300),
+                              {"x": X}),
     "relu6": (lambda g, v: g.relu6(v["x"]), F.relu6, {"x": X}),
     "clip": (lambda g, v: g.clip(v["x"], -0.5, 0.25), lambda x: torch.clamp(x, -0.5, 0.25), {"x": X}),
     "clip_min_over_max": (lambda g, v: g.clip(v["x"], 0.5, -0.25), lambda x: torch.clamp(x, 0.5, -0.25), {"x": X}),
@@ -138,6 +141,8 @@ def test_reductions_over_trailing_axes_take_the_row_kernel(axes, algo):
     (lambda g, x: g.slice(x, [3], [3], [2]), "is empty"),
     (lambda g, x: g.pad(x, (7, 0), mode="reflect"), "must be smaller than its size 7"),
     (lambda g, x: g.softmax(x, 4), "axis 4 is out of range"),
+    (lambda g, x: g.leaky_relu(x, 1e300), "leaky_relu_0: negative_slope 1e+300 cannot be converted to float32"),
+    (lambda g, x: g.clip(x, max=-1e40, name="c"), "c: max -1e+40 cannot be converted to float32 without overflow"),
 ])
 def test_bad_ops_are_refused_at_build_time_naming_the_node(build, message):
     g = rx.Graph()

@@ -16,12 +16,31 @@ def _axis(axis: int, rank: int, node: str) -> int:
     return int(axis) % rank
 
 
+# what an activation's two scalars are called, for the error that names one
+_SCALAR_NAMES = {"leaky_relu": ("negative_slope", "beta"), "clip": ("min", "max"), "hardsigmoid": ("alpha", "beta")}
+
+
+def _as_float32(value, node: str, what: str) -> float:
+    """A scalar rounded to float32, as PyTorch casts one to a float32 tensor's dtype: a
+    leaky_relu slope of 1e-300 is 0 (so -inf * slope is NaN, as in PyTorch); one beyond
+    float32's range is refused, as PyTorch refuses it."""
+    v = float(value)
+    with np.errstate(over="ignore"):
+        r = np.float32(v)
+    if np.isinf(r) and not np.isinf(v):
+        raise ValueError(f"{node}: {what} {v!r} cannot be converted to float32 without overflow")
+    return float(r)
+
+
 class TensorOps:
     """Mixin: needs Graph._add and Graph.param."""
 
     # -- activations --------------------------------------------------------------------
     def _unary(self, fn, x, name, alpha=0.0, beta=0.0):
-        return self._add("Unary", T.UnaryAttrs(fn, float(alpha), float(beta)), (x,), self._name(name, fn))
+        name = self._name(name, fn)
+        a_name, b_name = _SCALAR_NAMES.get(fn, ("alpha", "beta"))
+        attrs = T.UnaryAttrs(fn, _as_float32(alpha, name, a_name), _as_float32(beta, name, b_name))
+        return self._add("Unary", attrs, (x,), name)
 
     def relu(self, x, name=None):
         return self._unary("relu", x, name)
