@@ -47,6 +47,34 @@ def test_real_models_match_onnxruntime_at_batch_1_and_a_dynamic_batch(name, fold
         assert sum(1 for n in names if "BatchNormalization+" in n and "/Add" in n and "Relu" in n) == 8, names
 
 
+@pytest.mark.parametrize("name", ["unet", "audio1d"])
+def test_symbolic_spatial_dims_import_as_dynamic_dims(name):
+    """A model exported with its batch and every spatial dim symbolic runs at two sizes
+    against onnxruntime: the UNet's skips (concat after upsampling) and the 1-D CNN's
+    pooled head must follow the plane's size, not the export's."""
+    import io
+
+    import torch
+
+    from cnn_models import randomized
+    cls, shape = MODELS[name]
+    torch.manual_seed(0)
+    module, buf = randomized(cls(), 0), io.BytesIO()
+    dims = {0: "batch", **{k: f"d{k}" for k in range(2, len(shape))}}
+    torch.onnx.export(module, torch.randn(*shape), buf, input_names=["input"], output_names=["output"],
+                      dynamic_axes={"input": dims}, opset_version=17, dynamo=False)
+    g = rx.onnx.load(buf.getvalue())
+    exe = rx.compile(g)
+    assert exe.is_dynamic      # and runs at twice the export's size below, which a fixed plane would refuse
+    sess = ort.InferenceSession(buf.getvalue(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(81)
+    for n, scale in ((1, 1), (2, 2)):
+        x = rng.standard_normal((n, shape[1]) + tuple(d * scale for d in shape[2:])).astype(np.float32)
+        out, ref = exe.run({"input": x})["output"], sess.run(None, {"input": x})[0]
+        assert out.shape == ref.shape
+        assert np.abs(out - ref).max() <= 1e-4 * np.abs(ref).max(), (name, x.shape)
+
+
 def test_a_flip_exported_by_pytorch_imports_as_backward_slices():
     """torch.flip exports as Slice with step -1 and an end of INT64_MIN (through index 0)."""
     import io
