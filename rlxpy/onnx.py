@@ -633,8 +633,6 @@ def _pad(imp, node, a):
     per = [(0, 0)] * r
     for k, ax in enumerate(axes):
         per[ax % r] = (pads[k], pads[k + len(axes)])
-    if any(p < 0 for pe in per for p in pe):
-        raise OnnxImportError(f"{imp.name_of(node)} (Pad): negative pads (cropping) are not supported")
     torch_pad = []
     for b, e in reversed(per):
         torch_pad += [b, e]

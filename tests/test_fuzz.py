@@ -58,7 +58,7 @@ def steps(draw):
         a.update(axis=draw(small(1, 3)), start=draw(small(-3, 3)), end=draw(small(-2, 9)),
                  step=draw(st.sampled_from((1, 2, -1, -2))))
     elif op == "pad":
-        a.update(p=draw(st.lists(small(0, 2), min_size=4, max_size=4)),
+        a.update(p=draw(st.lists(small(-2, 2), min_size=4, max_size=4)),
                  mode=draw(st.sampled_from(("constant", "reflect", "replicate"))))
     elif op == "mean":
         a["axes"] = draw(st.sampled_from(((2, 3), (1,), (3,))))

@@ -107,6 +107,23 @@ def test_a_flip_exported_by_pytorch_imports_as_backward_slices():
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge"])
+def test_negative_pads_crop_as_onnxruntime_does(mode):
+    """ONNX Pad with negative pads (a crop) on one side and positive on the other."""
+    from onnx import TensorProto, helper, numpy_helper
+    pads = np.array([0, 0, -1, 2, 0, 0, 1, -2], np.int64)      # begins then ends, axes 0..3
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, 5, 6])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    inits = [numpy_helper.from_array(pads, "pads"), numpy_helper.from_array(np.array(1.5, np.float32), "value")]
+    node = helper.make_node("Pad", ["x", "pads", "value"], ["y"], mode=mode)
+    model = helper.make_model(helper.make_graph([node], "g", [x], [y], inits), opset_imports=[helper.make_opsetid("", 18)])
+    xv = np.random.default_rng(5).standard_normal((2, 3, 5, 6)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": xv})[0]
+    out = rx.compile(rx.onnx.load(model)).run({"x": xv})["y"]
+    assert out.shape == want.shape == (2, 3, 5, 6)
+    np.testing.assert_array_equal(out, want)
+
+
 def test_a_model_with_unknown_ops_is_refused_listing_every_one():
     from onnx import TensorProto, helper
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])

@@ -207,7 +207,9 @@ class TensorOps:
 
     def pad(self, x, pad: Sequence[int], mode="constant", value=0.0, name=None):
         """F.pad: pad = (last axis begin, end, the one before: begin, end, ...); modes
-        constant, reflect, replicate (= ONNX's edge)."""
+        constant, reflect, replicate (= ONNX's edge). A negative pad crops, as F.pad's and
+        ONNX's do: the positive pads first (so a reflection may read rows the crop then cuts,
+        as in PyTorch), then a slice named `name`."""
         label = name or "pad"
         r = len(x.shape)
         if len(pad) % 2 or len(pad) // 2 > r:
@@ -218,7 +220,18 @@ class TensorOps:
         modes = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "edge": "edge"}
         if mode not in modes:
             raise ValueError(f"{label}: mode must be 'constant', 'reflect' or 'replicate', got {mode!r}")
-        return self._add("Pad", T.PadAttrs(tuple(per), modes[mode], float(value)), (x,), name)
+        grow = tuple((max(b, 0), max(e, 0)) for b, e in per)
+        crops = [(ax, -min(b, 0), -min(e, 0)) for ax, (b, e) in enumerate(per) if min(b, e) < 0]
+        if not crops:
+            return self._add("Pad", T.PadAttrs(grow, modes[mode], float(value)), (x,), name)
+        for ax, b, e in crops:      # refused before the pad is added: a failed call adds no node
+            d = x.shape[ax]
+            if isinstance(d, int) and d + grow[ax][0] + grow[ax][1] - b - e < 1:
+                raise ValueError(f"{label}: pads {per[ax]} on axis {ax} (size {d}) leave nothing")
+        if any(b or e for b, e in grow):
+            x = self._add("Pad", T.PadAttrs(grow, modes[mode], float(value)), (x,), None if name is None else f"{name}.pad")
+        return self.slice(x, [b for _, b, _ in crops], [-e if e else None for _, _, e in crops],
+                          [ax for ax, _, _ in crops], name=name)
 
     # -- reductions -----------------------------------------------------------------------------
     def mean(self, x, dim, keepdim=False, name=None):
