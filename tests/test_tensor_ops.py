@@ -51,6 +51,7 @@ CASES = {
     "mul_rank_up": (lambda g, v: g.mul(v["y"], v["x"]), lambda x, y: y * x, {"x": X, "y": rand(RNG, 7)}),
     "div": (lambda g, v: g.div(v["x"], v["y"]), torch.div, {"x": X, "y": rand(RNG, 2, 5, 6, 7)}),
     "matmul": (lambda g, v: g.matmul(v["x"], v["y"]), torch.matmul, {"x": X, "y": rand(RNG, 5, 7, 3)}),
+    "matmul_vectors": (lambda g, v: g.matmul(v["a"], v["b"]), torch.matmul, {"a": rand(RNG, 5), "b": rand(RNG, 5)}),
     "linear": (lambda g, v: g.linear(v["x"], g.param("w", W_LIN), g.param("b", B_LIN)),
                lambda x: F.linear(x, T(W_LIN), T(B_LIN)), {"x": X}),
     "flatten": (lambda g, v: g.flatten(v["x"]), lambda x: torch.flatten(x, 1), {"x": X}),
@@ -108,6 +109,35 @@ def test_op_matches_pytorch(name, config):
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6, equal_nan=True)
     if not config.fast_conv:
         assert {t.algo for t in exe.thunks} == {"naive"}
+
+
+W_SAME = rand(RNG, 4, 3, 4, 3)        # an even kernel height: 'same' pads its extra row at the end
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=["fast", "reference"])
+@pytest.mark.parametrize("rank, padding, dilation", [(2, "same", 1), (2, "same", (2, 1)), (2, "valid", 1),
+                                                     (1, "same", 2), (3, "same", 1)])
+def test_string_padding_matches_pytorch(rank, padding, dilation, config):
+    """F.conv1d/2d/3d's padding='same' (stride 1; an odd total pad's extra at the end) and 'valid'."""
+    w = {1: W_SAME[:, :, :, 0], 2: W_SAME, 3: W_SAME[:, :, :, :, None].repeat(2, 4)}[rank]
+    x = rand(RNG, 2, 3, *(9, 7, 6)[:rank])
+    g = rx.Graph()
+    conv = g.conv3d if rank == 3 else g.conv
+    g.output("y", conv(g.input("x", x.shape), g.param("w", w), padding=padding, dilation=dilation))
+    out = rx.compile(g, config).run({"x": x})["y"]
+    torch_conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[rank]
+    want = torch_conv(T(x), T(w), padding=padding, dilation=dilation).numpy()
+    assert out.shape == want.shape
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
+def test_same_padding_with_a_stride_is_refused_as_in_pytorch():
+    g = rx.Graph()
+    x = g.input("x", (1, 3, 8, 8))
+    with pytest.raises(ValueError, match=re.escape("c: padding='same' is not supported for strided convolutions")):
+        g.conv(x, g.param("w", W_SAME), stride=2, padding="same", name="c")
+    with pytest.raises(ValueError, match="c: padding must be an int, a tuple, 'valid' or 'same', got 'full'"):
+        g.conv(x, g.param("w2", W_SAME), padding="full", name="c")
 
 
 @pytest.mark.parametrize("width", [16, 8])

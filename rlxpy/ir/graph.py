@@ -40,6 +40,22 @@ class Value:
 _ids = itertools.count()
 
 
+def _string_padding(padding: str, stride, dilation, w_shape, nsp: int, node: str):
+    """PyTorch's padding='valid' (none) and 'same' (stride 1 only: the output keeps the
+    input's size; an odd total pad puts its extra row or column at the end, as F.conv2d does)."""
+    if padding == "valid":
+        return 0
+    if padding != "same":
+        raise ValueError(f"{node}: padding must be an int, a tuple, 'valid' or 'same', got {padding!r}")
+    if any(st != 1 for st in stride):
+        raise ValueError(f"{node}: padding='same' is not supported for strided convolutions (stride {stride}), "
+                         f"as in PyTorch")
+    if w_shape is None or len(w_shape) != nsp + 2:
+        raise ValueError(f"{node}: padding='same' needs a weight of rank {nsp + 2}")
+    totals = [dl * (k - 1) for dl, k in zip(dilation, w_shape[2:])]
+    return tuple((t // 2, t - t // 2) for t in totals)
+
+
 class Graph(TensorOps):
     def __init__(self):
         self.nodes: List[Node] = []
@@ -153,6 +169,8 @@ class Graph(TensorOps):
         s, d = as_tuple(stride, nsp, "stride", label), as_tuple(dilation, nsp, "dilation", label)
         check_positive(s, "stride", label)
         check_positive(d, "dilation", label)
+        if isinstance(padding, str):
+            padding = _string_padding(padding, s, d, getattr(w, "shape", None), nsp, label)
         attrs = ops.ConvAttrs(s, as_pads(padding, nsp, label), d, int(groups), bias is not None)
         return self._add(op, attrs, (x, w, bias), name, ("x", "weight", "bias"))
 

@@ -129,7 +129,7 @@ class TensorOps:
                 ((y.shape[-1],) if len(b.shape) > 1 else ())
             if not all(isinstance(d, int) for d in keep):
                 raise ValueError(f"{name or 'matmul'}: a 1-D operand with dynamic dims elsewhere")
-            return self.reshape(y, keep or (1,), name)
+            return self.reshape(y, keep, name)      # 1-D @ 1-D: a 0-d result, as torch.matmul gives
         return self._add("MatMul", T.MatMulAttrs(), (a, b), name, ("a", "b"))
 
     # -- shapes ------------------------------------------------------------------------------
