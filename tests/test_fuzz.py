@@ -1,7 +1,9 @@
 """A property-based fuzzer: random graphs of the supported ops and attributes, built through
 the public API, are either refused at build time with a ValueError naming the node, or run
 with the fast kernels matching the reference kernels. Never a crash, a hang or a silent
-wrong number.
+wrong number. A second one draws single convs, transposed convs and pools (1-, 2- and 3-D)
+and holds both kernel sets to PyTorch in float64: an oracle that is not ours, which also
+says what rlxpy must accept (whatever PyTorch runs) and refuse (a conv PyTorch refuses).
 
 CI runs a fixed seed and budget (RLX_FUZZ_EXAMPLES, default 300 examples, derandomized);
 a longer run: RLX_FUZZ_EXAMPLES=2000 python -m pytest -q tests/test_fuzz.py
@@ -178,3 +180,94 @@ def test_random_graphs_are_refused_by_name_or_match_the_reference(c, h, w, n, ch
     scale = max(1.0, float(np.abs(ref[finite]).max())) if finite.any() else 1.0
     err = float(np.abs(fast[finite].astype(np.float64) - ref[finite]).max()) if finite.any() else 0.0
     assert err <= 1e-3 * scale, f"fast differs from reference by {err:.3g} (scale {scale:.3g})"
+
+
+# --- single conv-family nodes against PyTorch ----------------------------------------------
+@st.composite
+def single_ops(draw):
+    op = draw(st.sampled_from(("conv", "conv_t", "max", "avg")))
+    rank = draw(st.sampled_from((1, 2, 2, 3) if op != "conv_t" else (2, 2, 3)))
+    per_axis = lambda lo, hi: tuple(draw(small(lo, hi)) for _ in range(rank))   # noqa: E731
+    a = dict(op=op, rank=rank, c=draw(st.sampled_from((1, 2, 3, 4, 8, 16, 17))), sizes=per_axis(1, 9),
+             k=per_axis(1, 4), s=per_axis(1, 3), d=per_axis(1, 2), p=per_axis(0, 2), n=draw(small(1, 2)))
+    if op in ("conv", "conv_t"):
+        a.update(groups=draw(st.sampled_from((1, 1, 2, a["c"]))), cout=draw(st.sampled_from((1, 3, 8, 16, 17))),
+                 bias=draw(st.booleans()), out_pad=per_axis(0, 2))
+    else:
+        a.update(ceil=draw(st.booleans()), cip=draw(st.booleans()))
+    return a
+
+
+def _torch_single(a, x, w, b):
+    import torch.nn.functional as F
+    r = a["rank"] - 1
+    if a["op"] == "conv":
+        return (F.conv1d, F.conv2d, F.conv3d)[r](x, w, b, a["s"], a["p"], a["d"], a["groups"])
+    if a["op"] == "conv_t":
+        return (F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d)[r](
+            x, w, b, a["s"], a["p"], a["out_pad"], a["groups"], a["d"])
+    if a["op"] == "max":
+        return (F.max_pool1d, F.max_pool2d, F.max_pool3d)[r](x, a["k"], a["s"], a["p"], a["d"], ceil_mode=a["ceil"])
+    if any(d != 1 for d in a["d"]):
+        raise RuntimeError("PyTorch's average pools take no dilation")
+    return (F.avg_pool1d, F.avg_pool2d, F.avg_pool3d)[r](x, a["k"], a["s"], a["p"], ceil_mode=a["ceil"],
+                                                       count_include_pad=a["cip"])
+
+
+def _build_single(g, x, a, w, b):
+    b = None if b is None else g.param("b", b)
+    if a["op"] == "conv":
+        conv = g.conv3d if a["rank"] == 3 else g.conv
+        return conv(x, g.param("w", w), b, a["s"], a["p"], a["d"], a["groups"], name="op")
+    if a["op"] == "conv_t":
+        conv_t = g.conv_transpose3d if a["rank"] == 3 else g.conv_transpose2d
+        return conv_t(x, g.param("w", w), b, a["s"], a["p"], a["out_pad"], a["d"], a["groups"], name="op")
+    return g.pool(x, a["op"], a["k"], stride=a["s"], padding=a["p"], dilation=a["d"], ceil_mode=a["ceil"],
+                  count_include_pad=a["cip"], name="op")
+
+
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
+          suppress_health_check=list(HealthCheck))
+@given(a=single_ops())
+# found by its first run: a ceil_mode window wider than the padded input (PyTorch gives one output)
+@example(a={"op": "max", "rank": 2, "c": 1, "sizes": (1, 1), "k": (1, 2), "s": (1, 2), "d": (1, 1), "p": (0, 0),
+            "n": 1, "ceil": True, "cip": False})
+def test_single_conv_and_pool_nodes_match_pytorch(a):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(sum(a["sizes"]) + a["c"])
+    x = rng.standard_normal((a["n"], a["c"]) + a["sizes"]).astype(np.float32)
+    w = b = None
+    if a["op"] != "max" and a["op"] != "avg":
+        per_group = max(1, (a["c"] if a["op"] == "conv" else a["cout"]) // a["groups"])
+        first = a["cout"] if a["op"] == "conv" else a["c"]
+        w = rng.standard_normal((first, per_group) + a["k"]).astype(np.float32)
+        if a["bias"]:
+            b = rng.standard_normal(a["cout"] if a["op"] == "conv" else per_group * a["groups"]).astype(np.float32)
+    try:
+        with torch.no_grad():
+            t = lambda v: None if v is None else torch.from_numpy(v).double()   # noqa: E731
+            want = _torch_single(a, t(x), t(w), t(b)).numpy()
+        torch_runs = want.size > 0
+    except (RuntimeError, ValueError, IndexError):
+        torch_runs = False
+    g = rx.Graph()
+    try:
+        y = _build_single(g, g.input("x", x.shape), a, w, b)
+    except ValueError as e:
+        assert "op" in str(e), e
+        assert not torch_runs, f"rlxpy refused what PyTorch runs: {e}"
+        return
+    if not torch_runs:
+        # ONNX's pools reach further than PyTorch's (padding past half a kernel, dilated
+        # averages): the other fuzzer holds them to the reference kernels
+        assert a["op"] in ("max", "avg"), "rlxpy took a conv that PyTorch refuses"
+        return
+    g.output("y", y)
+    for config in (rx.Config(), rx.Config(fast_conv=False)):
+        out = rx.compile(g, config).run({"x": x})["y"]
+        assert out.shape == want.shape
+        assert np.array_equal(np.isneginf(out), np.isneginf(want))
+        finite = np.isfinite(want)
+        scale = max(1.0, float(np.abs(want[finite]).max())) if finite.any() else 1.0
+        err = float(np.abs(out[finite] - want[finite]).max()) if finite.any() else 0.0
+        assert err <= 1e-4 * scale, f"{'fast' if config.fast_conv else 'reference'}: {err:.3g} (scale {scale:.3g})"

@@ -529,6 +529,35 @@ def test_a_window_with_no_tap_inside_x_pools_to_zero_or_minus_inf(case, width):
             assert got.shape == want.shape and np.isneginf(got).all(), f"max {algo} {width}"
 
 
+# (x shape, kernel, stride, padding): with ceil_mode, windows wider than the padded input
+# that start inside it (PyTorch and ONNX give one output; refused as "too wide" before)
+CEIL_OVERRUN_POOLS = [((1, 1, 1, 1), (1, 2), (1, 2), (0, 0)), ((2, 3, 1, 3), (2, 3), (2, 2), (0, 1)),
+                      ((1, 17, 2, 1), (3, 3), (3, 3), (1, 1)), ((1, 16, 2, 2), (3, 3), (2, 2), (0, 0))]
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("case", CEIL_OVERRUN_POOLS, ids=str)
+def test_ceil_mode_windows_wider_than_the_padded_input_match_pytorch(case, width):
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    shape, kernel, stride, padding = case
+    x = rand(np.random.default_rng(62), *shape)
+    t = torch.from_numpy(x)
+    for kind, cip in (("max", True), ("avg", True), ("avg", False)):
+        g = rx.Graph()
+        g.output("y", g.pool(g.input("x", shape), kind, kernel, stride=stride, padding=padding, ceil_mode=True,
+                             count_include_pad=cip, name="p"))
+        want = (F.max_pool2d(t, kernel, stride, padding, ceil_mode=True) if kind == "max" else
+                F.avg_pool2d(t, kernel, stride, padding, ceil_mode=True, count_include_pad=cip)).numpy()
+        for config, algo in ((REFERENCE, None), (rx.Config(simd_width=width), "parallel"),
+                             (rx.Config(simd_width=width), "nchwc_pool")):
+            exe = rx.compile(g, config, algos={"p": algo} if algo else None)
+            assert algo is None or main_thunk(exe).algo == algo, exe.explain()
+            got = exe.run({"x": x})["y"]
+            assert got.shape == want.shape, (kind, algo, got.shape, want.shape)
+            assert_close(got, want, 1e-5, f"{kind} cip={cip} {algo} {width}")
+
+
 @pytest.mark.parametrize("width", WIDTHS)
 def test_windows_in_the_padding_beside_full_ones_average_to_zero(width):
     """Padding as large as the window's reach (which onnxruntime refuses and ONNX allows)

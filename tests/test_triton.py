@@ -174,6 +174,24 @@ def test_triton_pool_window_with_no_tap_inside_x(kind, cip):
     assert ref.size and (ref == want).all()
     assert out.shape == ref.shape and (out == want).all()
 
+@pytest.mark.parametrize("kind,cip", [("avg", False), ("avg", True), ("max", True)])
+def test_triton_ceil_mode_window_wider_than_the_padded_input(kind, cip):
+    """ceil_mode: a 3x3 window of stride 3 on a 2x1 plane (no padding) still gives one output,
+    as in PyTorch (the window starts inside x); its average over the taps inside x."""
+    import torch
+    import torch.nn.functional as F
+    x = rand(np.random.default_rng(46), 2, 3, 2, 1)
+
+    def build(g, v):
+        return g.pool(v["x"], kind, 3, stride=3, padding=0, ceil_mode=True, count_include_pad=cip)
+    out, _ = build_and_run(build, {"x": x}, {}, "cuda")
+    t = torch.from_numpy(x)
+    want = (F.max_pool2d(t, 3, 3, 0, ceil_mode=True) if kind == "max"
+            else F.avg_pool2d(t, 3, 3, 0, ceil_mode=True, count_include_pad=cip)).numpy()
+    assert out.shape == want.shape == (2, 3, 1, 1)
+    assert_close(out, want, 1e-5)
+
+
 def test_triton_max_pool2d_backward_matches_cpu_reference():
     rng = np.random.default_rng(44)
     x, dy = rand(rng, 2, 3, 9, 8), rand(rng, 2, 3, 5, 4)

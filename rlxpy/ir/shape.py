@@ -85,19 +85,21 @@ def conv_out(size: Dim, k: int, stride: int, pad: Pad, dilation: int, node: str,
 def pool_out(size: Dim, k: int, stride: int, pad: Pad, dilation: int, ceil_mode: bool,
              node: str, axis: int) -> Dim:
     """PyTorch's pooling_output_shape: with ceil_mode the last window must start inside the
-    input or its begin padding."""
+    input or its begin padding, and may reach past the end padding (so with ceil_mode a
+    window wider than the padded input still gives one output, as in PyTorch and ONNX)."""
     span = dilation * (k - 1) + 1
     if isinstance(size, str):
         return f"pool({size},{k},{stride},{pad[0]},{pad[1]},{dilation},{int(ceil_mode)})"
     padded = size + pad[0] + pad[1]
-    if span > padded:
-        raise ValueError(
-            f"{node}: pooling window on spatial axis {axis} spans {span} (k={k}, dilation={dilation}) "
-            f"but the padded input is only {padded} ({size} + pads {pad})")
     num = padded - span + (stride - 1 if ceil_mode else 0)
     out = num // stride + 1
     if ceil_mode and (out - 1) * stride >= size + pad[0]:
         out -= 1
+    if out < 1:
+        raise ValueError(
+            f"{node}: pooling window on spatial axis {axis} spans {span} (k={k}, dilation={dilation}) "
+            f"but the padded input is only {padded} ({size} + pads {pad})"
+            + (f" and stride {stride} with ceil_mode leaves no window" if ceil_mode else ""))
     return out
 
 
