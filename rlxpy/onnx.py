@@ -373,7 +373,9 @@ def _conv_transpose(imp, node, a):
     out_pad = list(a.get("output_padding", [0] * n))
     auto = a.get("auto_pad", "NOTSET")
     label = imp.name_of(node)
+    grow = [(0, 0)] * n
     if "output_shape" in a or auto in ("SAME_UPPER", "SAME_LOWER"):
+        grow = []
         # the spec: total_padding = stride*(in-1) + output_padding + (k-1)*d + 1 - output_shape
         if any(not isinstance(d, int) for d in x.shape[2:]):
             raise OnnxImportError(f"{label}: output_shape / auto_pad need static spatial sizes, got {x.shape}")
@@ -381,27 +383,39 @@ def _conv_transpose(imp, node, a):
         pads = []
         for i in range(n):
             total = strides[i] * (x.shape[2 + i] - 1) + out_pad[i] + (kernel[i] - 1) * dilations[i] + 1 - want[i]
-            if total < 0:                # a larger output: the extra rows are output padding
-                out_pad[i] -= total
-                total = 0
-            half = total // 2
-            pads.append((half, total - half) if auto == "SAME_UPPER" else (total - half, half))
+            half = total // 2     # floor, as the ONNX reference splits a negative total too
+            begin, end = (half, total - half) if auto == "SAME_UPPER" else (total - half, half)
+            if total < 0 and auto not in ("SAME_UPPER", "SAME_LOWER"):
+                begin, end = 0, total     # output_shape alone: the extra rows at the end (the reference, onnxruntime)
+            # a negative pad (an output larger than the natural one) adds rows that only the bias
+            # reaches, on the side the split gives: zeros padded after the conv, then the bias
+            grow.append((max(0, -begin), max(0, -end)))
+            pads.append((max(0, begin), max(0, end)))
     elif auto == "VALID":
         pads = [(0, 0)] * n
     else:
         p = list(a.get("pads", [0] * (2 * n)))
         pads = [(p[i], p[i + n]) for i in range(n)]
+    grows = any(g for pair in grow for g in pair)
+    bias, name = (None, None) if grows else (b, label)
     if n == 1:          # as a 2-D one with H = 1 (the same bytes)
         if not all(isinstance(d, int) for d in x.shape[1:]):
             raise OnnxImportError(f"{label}: a 1-D ConvTranspose needs static channel and length dims")
         y = imp.g.conv_transpose2d(imp.g.reshape(x, (-1, x.shape[1], 1, x.shape[2])),
-                                   imp.g.reshape(w, tuple(w.shape[:2]) + (1, w.shape[2])), bias=b,
+                                   imp.g.reshape(w, tuple(w.shape[:2]) + (1, w.shape[2])), bias=bias,
                                    stride=(1, strides[0]), padding=((0, 0), pads[0]), output_padding=(0, out_pad[0]),
                                    dilation=(1, dilations[0]), groups=a.get("group", 1))
-        return imp.g.reshape(y, (-1, y.shape[1], y.shape[3]), name=label)
-    build = imp.g.conv_transpose3d if n == 3 else imp.g.conv_transpose2d
-    return build(x, w, bias=b, stride=tuple(strides), padding=tuple(pads), output_padding=tuple(out_pad),
-                 dilation=tuple(dilations), groups=a.get("group", 1), name=label)
+        y = imp.g.reshape(y, (-1, y.shape[1], y.shape[3]), name=name)
+    else:
+        build = imp.g.conv_transpose3d if n == 3 else imp.g.conv_transpose2d
+        y = build(x, w, bias=bias, stride=tuple(strides), padding=tuple(pads), output_padding=tuple(out_pad),
+                  dilation=tuple(dilations), groups=a.get("group", 1), name=name)
+    if not grows:
+        return y
+    y = imp.g.pad(y, [p for pair in reversed(grow) for p in pair], name=label if b is None else f"{label}.grow")
+    if b is None:
+        return y
+    return imp.g.add(y, imp.g.reshape(b, (y.shape[1],) + (1,) * n), name=label)
 
 
 @_builds("MaxPool", "AveragePool")

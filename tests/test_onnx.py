@@ -124,6 +124,38 @@ def test_negative_pads_crop_as_onnxruntime_does(mode):
     np.testing.assert_array_equal(out, want)
 
 
+@pytest.mark.parametrize("auto", ["SAME_UPPER", "SAME_LOWER"])
+@pytest.mark.parametrize("size, kernel, stride, bias", [
+    ((1, 1), (1, 1), (1, 2), True),       # total padding -1: one extra column, before (UPPER) or after (LOWER)
+    ((1, 3), (1, 1), (1, 3), False),      # -2: one on each side
+    ((2, 3), (2, 1), (3, 3), True),       # -1 and -2 on the two axes
+    ((3,), (2,), (3,), True),             # 1-D
+    ((1, 2, 2), (1, 1, 2), (2, 1, 3), True)])
+def test_conv_transpose_same_padding_that_grows_the_output_matches_the_onnx_reference(auto, size, kernel, stride, bias):
+    """auto_pad SAME asks for input * stride outputs; where that is more than the natural size
+    the total padding is negative and splits by the spec's floor division (the ONNX
+    reference's rows, which only the bias reaches). onnxruntime returns the natural size."""
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+    rng = np.random.default_rng(9)
+    w = rng.standard_normal((2, 3) + kernel).astype(np.float32)
+    inits, inputs = [numpy_helper.from_array(w, "w")], ["x", "w"]
+    if bias:
+        inits.append(numpy_helper.from_array(rng.standard_normal(3).astype(np.float32), "b"))
+        inputs.append("b")
+    node = helper.make_node("ConvTranspose", inputs, ["y"], kernel_shape=list(kernel), strides=list(stride),
+                            auto_pad=auto)
+    model = helper.make_model(helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2, *size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits), opset_imports=[helper.make_opsetid("", 19)])
+    x = rng.standard_normal((2, 2) + size).astype(np.float32)
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    assert want.shape[2:] == tuple(i * s for i, s in zip(size, stride))
+    out = rx.compile(rx.onnx.load(model)).run({"x": x})["y"]
+    assert out.shape == want.shape
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
 def test_a_model_with_unknown_ops_is_refused_listing_every_one():
     from onnx import TensorProto, helper
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])
