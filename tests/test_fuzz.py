@@ -139,7 +139,8 @@ def apply(g, x, a, name, rng):
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
           suppress_health_check=list(HealthCheck))
 # channels on both sides of the vector widths (8 and 16 lanes), so the blocked kernels run too
-@given(c=st.sampled_from((1, 2, 3, 5, 8, 9, 16, 17, 24, 32)), h=small(1, 12), w=small(1, 12), n=small(1, 3), chain=st.lists(steps(), min_size=1, max_size=5))
+@given(c=st.sampled_from((1, 2, 3, 5, 8, 9, 16, 17, 24, 32)), h=small(1, 12), w=small(1, 12), n=small(1, 3),
+       chain=st.lists(steps(), min_size=1, max_size=5))
 # found by a run of 30000: a dilated window that skips over a 1x1 x (taps at -1 and 1),
 # whose average the reference divided by zero and whose max (-inf) the check took for a miss
 @example(c=1, h=1, w=1, n=1, chain=[
@@ -271,3 +272,157 @@ def test_single_conv_and_pool_nodes_match_pytorch(a):
         scale = max(1.0, float(np.abs(want[finite]).max())) if finite.any() else 1.0
         err = float(np.abs(out[finite] - want[finite]).max()) if finite.any() else 0.0
         assert err <= 1e-4 * scale, f"{'fast' if config.fast_conv else 'reference'}: {err:.3g} (scale {scale:.3g})"
+
+
+# --- ops around the convolutions, any rank, against PyTorch ----------------------------------
+@st.composite
+def tensor_ops(draw):
+    rank = draw(st.integers(1, 5))
+    shape = tuple(draw(st.integers(1, 5)) for _ in range(rank))
+    """One op around the convolutions with its attributes and a second operand's shape."""
+    op = draw(st.sampled_from(("binary", "unary", "reduce", "softmax", "transpose", "slice", "pad", "concat", "flatten",
+                               "matmul", "split", "linear")))
+    a = dict(op=op, shape=shape)
+    ax = lambda: draw(st.integers(-rank, rank - 1))   # noqa: E731
+    if op == "binary":
+        # a broadcastable second shape: drop leading dims, set some to 1
+        k = draw(st.integers(0, rank))
+        other = list(shape[k:])
+        other = [1 if draw(st.booleans()) else d for d in other]
+        if draw(st.booleans()):
+            other = [1] * draw(st.integers(0, 2)) + other
+        a.update(fn=draw(st.sampled_from(("add", "sub", "mul", "div"))), other=tuple(other), swap=draw(st.booleans()))
+    elif op == "unary":
+        a.update(fn=draw(st.sampled_from(("relu", "leaky_relu", "clip", "sigmoid", "hardsigmoid", "hardswish", "silu",
+                                           "gelu", "gelu_tanh", "tanh", "erf", "relu6"))),
+                 p1=draw(st.floats(-3, 3)), p2=draw(st.floats(-3, 3)))
+    elif op == "reduce":
+        axes = draw(st.lists(st.integers(-rank, rank - 1), min_size=1, max_size=rank, unique_by=lambda v: v % rank))
+        a.update(fn=draw(st.sampled_from(("mean", "amax"))), axes=tuple(axes), keep=draw(st.booleans()))
+    elif op == "softmax":
+        a.update(axis=ax(), log=draw(st.booleans()))
+    elif op == "transpose":
+        a.update(perm=tuple(draw(st.permutations(range(rank)))))
+    elif op == "slice":
+        a.update(axis=ax(), start=draw(st.integers(-6, 6)), end=draw(st.integers(-7, 7)),
+                 step=draw(st.sampled_from((1, 2, 3, -1, -2))))
+    elif op == "pad":
+        n = draw(st.integers(1, min(rank, 3)))
+        a.update(p=tuple(draw(st.integers(-1, 3)) for _ in range(2 * n)),
+                 mode=draw(st.sampled_from(("constant", "reflect", "replicate"))), value=draw(st.floats(-2, 2)))
+    elif op == "concat":
+        a.update(axis=ax(), extra=draw(st.integers(1, 3)))
+    elif op == "flatten":
+        a.update(s=ax(), e=ax())
+    elif op == "matmul":
+        a.update(k=draw(st.integers(1, 4)), vec=draw(st.booleans()))
+    elif op == "split":
+        a.update(axis=ax(), size=draw(st.integers(1, 4)), part=draw(st.integers(0, 4)))
+    elif op == "linear":
+        a.update(out=draw(st.integers(1, 5)), bias=draw(st.booleans()))
+    return a
+
+
+def _tensor_op_pair(a, rng):
+    """(rlxpy builder call, PyTorch call, the extra input arrays) for case a."""
+    import torch
+    import torch.nn.functional as F
+    T = torch.from_numpy
+    op = a["op"]
+    if op == "binary":
+        y = rng.standard_normal(a["other"]).astype(np.float32)
+        if a["fn"] == "div":
+            y = np.where(np.abs(y) < 0.1, 0.5, y).astype(np.float32)
+        tf = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div}[a["fn"]]
+        if a["swap"]:
+            return (lambda g, v, w: getattr(g, a["fn"])(w, v)), (lambda v, w: tf(w, v)), [y]
+        return (lambda g, v, w: getattr(g, a["fn"])(v, w)), (lambda v, w: tf(v, w)), [y]
+    if op == "unary":
+        fn, p1, p2 = a["fn"], a["p1"], a["p2"]
+        rl = {"leaky_relu": lambda g, v: g.leaky_relu(v, p1), "clip": lambda g, v: g.clip(v, p1, p2),
+              "gelu_tanh": lambda g, v: g.gelu(v, approximate="tanh")}.get(fn, lambda g, v: getattr(g, fn)(v))
+        tf = {"leaky_relu": lambda v: F.leaky_relu(v, p1), "clip": lambda v: torch.clamp(v, p1, p2),
+              "gelu_tanh": lambda v: F.gelu(v, approximate="tanh"), "gelu": lambda v: F.gelu(v.double()).float(),
+              "relu6": F.relu6, "relu": F.relu, "sigmoid": torch.sigmoid, "hardsigmoid": F.hardsigmoid,
+              "hardswish": F.hardswish, "silu": F.silu, "tanh": torch.tanh, "erf": torch.erf}[fn]
+        return rl, tf, []
+    if op == "reduce":
+        if a["fn"] == "mean":
+            return ((lambda g, v: g.mean(v, a["axes"], keepdim=a["keep"])),
+                    (lambda v: v.mean(a["axes"], keepdim=a["keep"])), [])
+        return ((lambda g, v: g.amax(v, a["axes"], keepdim=a["keep"])),
+                (lambda v: torch.amax(v, a["axes"], keepdim=a["keep"])), [])
+    if op == "softmax":
+        if a["log"]:
+            return (lambda g, v: g.log_softmax(v, a["axis"])), (lambda v: F.log_softmax(v, a["axis"])), []
+        return (lambda g, v: g.softmax(v, a["axis"])), (lambda v: F.softmax(v, a["axis"])), []
+    if op == "transpose":
+        return (lambda g, v: g.transpose(v, a["perm"])), (lambda v: v.permute(a["perm"])), []
+    if op == "slice":
+        def tf(v):
+            idx = [slice(None)] * v.dim()
+            idx[a["axis"]] = slice(a["start"], a["end"], a["step"])
+            return T(v.numpy()[tuple(idx)].copy())
+        return (lambda g, v: g.slice(v, [a["start"]], [a["end"]], [a["axis"]], [a["step"]])), tf, []
+    if op == "pad":
+        if a["mode"] == "constant":
+            return ((lambda g, v: g.pad(v, a["p"], value=a["value"])),
+                    (lambda v: F.pad(v, a["p"], value=a["value"])), [])
+        return (lambda g, v: g.pad(v, a["p"], mode=a["mode"])), (lambda v: F.pad(v, a["p"], mode=a["mode"])), []
+    if op == "concat":
+        sh = list(a["shape"]); sh[a["axis"]] = a["extra"]
+        y = rng.standard_normal(sh).astype(np.float32)
+        return ((lambda g, v, w: g.concat([v, w, v], a["axis"])),
+                (lambda v, w: torch.cat([v, w, v], a["axis"])), [y])
+    if op == "flatten":
+        return (lambda g, v: g.flatten(v, a["s"], a["e"])), (lambda v: torch.flatten(v, a["s"], a["e"])), []
+    if op == "matmul":
+        sh = (a["shape"][-1],) if a["vec"] else (a["shape"][-1], a["k"])
+        y = rng.standard_normal(sh).astype(np.float32)
+        return (lambda g, v, w: g.matmul(v, w)), (lambda v, w: torch.matmul(v, w)), [y]
+    if op == "split":
+        part = min(a["part"], -(-a["shape"][a["axis"]] // a["size"]) - 1)
+        return ((lambda g, v: g.split(v, a["size"], a["axis"])[part]),
+                (lambda v: torch.split(v, a["size"], a["axis"])[part]), [])
+    if op == "linear":
+        w = rng.standard_normal((a["out"], a["shape"][-1])).astype(np.float32)
+        b = rng.standard_normal(a["out"]).astype(np.float32) if a["bias"] else None
+        return (lambda g, v: g.linear(v, g.param("w", w), None if b is None else g.param("b", b))), \
+               (lambda v: F.linear(v, T(w), None if b is None else T(b))), []
+    raise AssertionError(op)
+
+
+
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
+          suppress_health_check=list(HealthCheck))
+@given(a=tensor_ops())
+def test_tensor_ops_of_any_rank_match_pytorch(a):
+    """Ops around the convolutions on rank 1-5 inputs with random attributes, broadcasts and
+    axes against PyTorch: the same result on both kernel sets, and refused at build time
+    exactly where PyTorch refuses (but reflect / replicate pads, which PyTorch takes on the
+    last 1-3 axes of rank 2-5 inputs only)."""
+    torch = pytest.importorskip("torch")
+    T = torch.from_numpy
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(a["shape"]).astype(np.float32) * 3
+    build, torch_fn, extra = _tensor_op_pair(a, rng)
+    try:
+        want = torch_fn(T(x), *[T(e) for e in extra]).numpy()
+        torch_error = "" if want.size else "empty"
+    except (RuntimeError, ValueError, IndexError, TypeError, NotImplementedError) as e:
+        torch_error = str(e)
+    g = rx.Graph()
+    values = [g.input("x", x.shape)] + [g.input(f"e{i}", e.shape) for i, e in enumerate(extra)]
+    try:
+        g.output("y", build(g, *values))
+    except ValueError as e:
+        assert torch_error, f"rlxpy refused what PyTorch runs: {e}"
+        return
+    if torch_error and a["op"] == "pad" and a["mode"] != "constant" and "not supported" in torch_error:
+        return
+    assert not torch_error, f"rlxpy built what PyTorch refuses: {torch_error[:200]}"
+    feeds = {"x": x, **{f"e{i}": e for i, e in enumerate(extra)}}
+    for config in (rx.Config(), rx.Config(fast_conv=False)):
+        out = rx.compile(g, config).run(feeds)["y"]
+        assert out.shape == want.shape
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-5 * max(1.0, float(np.abs(want).max())))
