@@ -373,9 +373,8 @@ def _conv_transpose(imp, node, a):
     out_pad = list(a.get("output_padding", [0] * n))
     auto = a.get("auto_pad", "NOTSET")
     label = imp.name_of(node)
-    grow = [(0, 0)] * n
+    grow = [(0, 0)] * n        # output rows beyond the conv's own, before and after (negative pads)
     if "output_shape" in a or auto in ("SAME_UPPER", "SAME_LOWER"):
-        grow = []
         # the spec: total_padding = stride*(in-1) + output_padding + (k-1)*d + 1 - output_shape
         if any(not isinstance(d, int) for d in x.shape[2:]):
             raise OnnxImportError(f"{label}: output_shape / auto_pad need static spatial sizes, got {x.shape}")
@@ -389,7 +388,7 @@ def _conv_transpose(imp, node, a):
                 begin, end = 0, total     # output_shape alone: the extra rows at the end (the reference, onnxruntime)
             # a negative pad (an output larger than the natural one) adds rows that only the bias
             # reaches, on the side the split gives: zeros padded after the conv, then the bias
-            grow.append((max(0, -begin), max(0, -end)))
+            grow[i] = (max(0, -begin), max(0, -end))
             pads.append((max(0, begin), max(0, end)))
     elif auto == "VALID":
         pads = [(0, 0)] * n
@@ -629,8 +628,8 @@ def _slice(imp, node, a):
     starts = [per[k].start for k in axes]
     ends = [per[k].stop for k in axes]
     steps = [per[k].step for k in axes]
-    # ONNX clamps starts and ends as Python's slices do (a backward slice's end to -1: through index 0)
-    ends = [max(min(e, 2 ** 62), -2 ** 62) for e in ends]
+    # ONNX clamps starts and ends as Python's slices do (a backward slice's end to -1: through
+    # index 0); the builder bounds INT64_MIN / INT64_MAX ends
     return imp.g.slice(x, starts, ends, axes, steps, name=imp.name_of(node))
 
 

@@ -19,6 +19,8 @@ from hypothesis import strategies as st  # noqa: E402
 
 import rlxpy as rx  # noqa: E402
 
+from helpers import assert_close  # noqa: E402
+
 EXAMPLES = int(os.environ.get("RLX_FUZZ_EXAMPLES", "300"))
 ACTS = ("relu", "relu6", "sigmoid", "tanh", "silu", "hardswish", "hardsigmoid", "gelu", "erf")
 
@@ -178,9 +180,7 @@ def test_random_graphs_are_refused_by_name_or_match_the_reference(c, h, w, n, ch
     assert np.array_equal(np.isnan(fast), np.isnan(ref))
     assert np.array_equal(np.isposinf(fast), np.isposinf(ref)) and np.array_equal(np.isneginf(fast), np.isneginf(ref))
     finite = np.isfinite(ref)
-    scale = max(1.0, float(np.abs(ref[finite]).max())) if finite.any() else 1.0
-    err = float(np.abs(fast[finite].astype(np.float64) - ref[finite]).max()) if finite.any() else 0.0
-    assert err <= 1e-3 * scale, f"fast differs from reference by {err:.3g} (scale {scale:.3g})"
+    assert_close(fast[finite], ref[finite], 1e-3, "fast against the reference")
 
 
 # --- single conv-family nodes against PyTorch ----------------------------------------------
@@ -269,9 +269,7 @@ def test_single_conv_and_pool_nodes_match_pytorch(a):
         assert out.shape == want.shape
         assert np.array_equal(np.isneginf(out), np.isneginf(want))
         finite = np.isfinite(want)
-        scale = max(1.0, float(np.abs(want[finite]).max())) if finite.any() else 1.0
-        err = float(np.abs(out[finite] - want[finite]).max()) if finite.any() else 0.0
-        assert err <= 1e-4 * scale, f"{'fast' if config.fast_conv else 'reference'}: {err:.3g} (scale {scale:.3g})"
+        assert_close(out[finite], want[finite], 1e-4, "fast" if config.fast_conv else "reference")
 
 
 # --- ops around the convolutions, any rank, against PyTorch ----------------------------------

@@ -221,15 +221,16 @@ class TensorOps:
         if mode not in modes:
             raise ValueError(f"{label}: mode must be 'constant', 'reflect' or 'replicate', got {mode!r}")
         grow = tuple((max(b, 0), max(e, 0)) for b, e in per)
+        attrs = T.PadAttrs(grow, modes[mode], float(value))
         crops = [(ax, -min(b, 0), -min(e, 0)) for ax, (b, e) in enumerate(per) if min(b, e) < 0]
         if not crops:
-            return self._add("Pad", T.PadAttrs(grow, modes[mode], float(value)), (x,), name)
+            return self._add("Pad", attrs, (x,), name)
         for ax, b, e in crops:      # refused before the pad is added: a failed call adds no node
             d = x.shape[ax]
             if isinstance(d, int) and d + grow[ax][0] + grow[ax][1] - b - e < 1:
                 raise ValueError(f"{label}: pads {per[ax]} on axis {ax} (size {d}) leave nothing")
         if any(b or e for b, e in grow):
-            x = self._add("Pad", T.PadAttrs(grow, modes[mode], float(value)), (x,), None if name is None else f"{name}.pad")
+            x = self._add("Pad", attrs, (x,), None if name is None else f"{name}.pad")
         return self.slice(x, [b for _, b, _ in crops], [-e if e else None for _, _, e in crops],
                           [ax for ax, _, _ in crops], name=name)
 
