@@ -883,8 +883,9 @@ WEIGHT_GRAD_CASES = [c for c in cases("fast") + cases("reference") if c.op == "c
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("case", WEIGHT_GRAD_CASES, ids=lambda c: c.id)
 def test_nchwc_wgrad_matches_reference_at_every_width(case, width):
-    """The weight gradient on blocked x and dy: any stride, padding, dilation; groups of
-    whole blocks, else it says why not and keeps im2col."""
+    """The weight gradient on blocked dy and x as the graph input holds it (plain): any
+    stride, padding, dilation; groups of whole blocks, else it says why not and keeps
+    im2col."""
     ref, _, _, _ = run_case(case, REFERENCE, seed=57)
     out, exe, _, _ = run_case(case, rx.Config(conv_algo="nchwc_wgrad", simd_width=width), seed=57)
     th = main_thunk(exe)
@@ -892,11 +893,57 @@ def test_nchwc_wgrad_matches_reference_at_every_width(case, width):
     groups = case.kw["groups"]
     if groups == 1 or ((x[1] // groups) % width == 0 and (dy[1] // groups) % width == 0):
         assert (th.algo, th.tiling.lanes) == ("nchwc_wgrad", width), exe.explain()
-        assert dict(th.layouts) == {"x": blocked(width), "dy": blocked(width)}
-        assert len(exe.thunks) == 1          # both inputs copied in blocked: no reorder thunk
+        assert dict(th.layouts) == {"dy": blocked(width)}      # x read plain: never reordered
+        assert len(exe.thunks) == 1          # dy copied in blocked: no reorder thunk
     else:
         assert th.algo == "im2col" and "nchwc_wgrad not eligible" in th.why
     assert_close(out, ref, TOL, f"{th.algo} {width} {case.id}")
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_nchwc_wgrad_reads_x_plain_or_blocked_as_it_comes(width):
+    """x is only broadcast, so nchwc_wgrad reads it as it is stored: a graph input with no
+    other reader plain, where the caller holds it (its arena slot stays zero); a blocked
+    conv's output blocked; a graph input a blocked conv reads too, copied in blocked once.
+    dy is always blocked. Every dw against the reference kernel, at several strides,
+    paddings, groups and channel counts off the width."""
+    from rlxpy.thunks.executor import IN_PLACE_MIN_BYTES
+    rng = np.random.default_rng(97)
+    for n, c, k, hw, stride, pad, groups in [(2, width + 3, 2 * width + 1, 23, 1, 1, 1),
+                                             (3, 2 * width, width, 40, 2, 0, 2)]:
+        k = k if groups == 1 else 2 * width
+        kw = dict(stride=stride, padding=pad)
+        oh = (hw + 2 * pad - 3) // stride + 1
+        g = rx.Graph()
+        x = g.input("x", (n, c, hw, hw))
+        u = g.input("u", (n, c, hw, hw))
+        dy = g.input("dy", (n, k, oh, oh))
+        dyh = g.input("dyh", (n, k, oh, oh))
+        h = g.conv(u, g.param("w", rand(rng, c, c // groups, 3, 3)), padding=1, groups=groups, name="conv")
+        g.output("h", h)
+        g.output("dw_x", g.conv2d_backward_weight(x, dy, 3, groups=groups, name="from_input", **kw))
+        g.output("dw_h", g.conv2d_backward_weight(h, dyh, 3, groups=groups, name="from_conv", **kw))
+        g.output("dw_u", g.conv2d_backward_weight(u, dyh, 3, groups=groups, name="shared_input", **kw))
+        algos = {"conv": "nchwc_direct", "from_input": "nchwc_wgrad", "from_conv": "nchwc_wgrad",
+                 "shared_input": "nchwc_wgrad"}
+        exe = rx.compile(g, rx.Config(simd_width=width), algos=algos)
+        feeds = {"x": rand(rng, n, c, hw, hw), "u": rand(rng, n, c, hw, hw), "dy": rand(rng, n, k, oh, oh),
+                 "dyh": rand(rng, n, k, oh, oh)}
+        assert feeds["x"].nbytes >= IN_PLACE_MIN_BYTES
+        got = exe.run(feeds)
+        th = {t.node: t for t in exe.thunks}
+        assert {th[nm].algo for nm in algos} == {"nchwc_direct", "nchwc_wgrad"}, exe.explain()
+        assert th["from_input"].layout("x") == PLAIN
+        assert th["from_conv"].layout("x") == blocked(width)
+        assert th["shared_input"].layout("x") == blocked(width)
+        assert all(th[nm].layout("dy") == blocked(width) for nm in ("from_input", "from_conv", "shared_input"))
+        compiled = exe._compile_for({nm: a.shape for nm, a in feeds.items()})
+        assert [nm for nm, _, _ in compiled.pool.input_feeds] == ["x"]
+        (bound,) = compiled.pool.idle()
+        assert not dict(bound.inputs)["x"].any()                   # never copied in
+        want = rx.compile(g, REFERENCE).run(feeds)
+        for name in want:
+            assert_close(got[name], want[name], TOL, f"{name} {width} stride {stride} groups {groups}")
 
 
 @pytest.mark.parametrize("width", WIDTHS)

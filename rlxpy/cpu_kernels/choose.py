@@ -604,10 +604,10 @@ def choose_conv2d_backward_input(rec, ctx: ChoiceContext) -> Choice:
 
 def wgrad_choice(g: ConvGeometry, ctx: ChoiceContext, why: str) -> Choice:
     lanes = _lanes(ctx)
-    return _capped(Choice("nchwc_wgrad", f"{why} (x, dy NCHW{lanes}c: 6 input channels x 2 blocks of {lanes} output "
-                                         f"channels a tile, one tap a work item)",
+    return _capped(Choice("nchwc_wgrad", f"{why} (dy NCHW{lanes}c, x NCHW{lanes}c or plain as it comes: 6 input "
+                                         f"channels x 2 blocks of {lanes} output channels a tile, one tap a work item)",
                           4 * nchwc_wgrad.scratch_floats(g, lanes), 0, Tiling(lanes=lanes),
-                          (("x", blocked(lanes)), ("dy", blocked(lanes)))))
+                          (("x", blocked(lanes)), ("dy", blocked(lanes))), plain_ok=("x",)))
 
 
 def wgrad_default_reason(g: ConvGeometry, lanes: int) -> Optional[str]:

@@ -470,7 +470,7 @@ OUTPUT_ARG = {
     (R.Conv2dBackwardInput, "winograd_f4"): _y_at(3), (R.ConvTranspose2d, "winograd_f4"): _y_at(3),
     (R.Conv2dBackwardInput, "nchwc_direct"): _y_at(3), (R.ConvTranspose2d, "nchwc_direct"): _y_at(3),
     (R.ConvTranspose3d, "nchwc_direct"): _y_at(3),
-    (R.Conv2dBackwardWeight, "nchwc_wgrad"): _y_at(4),
+    (R.Conv2dBackwardWeight, "nchwc_wgrad"): _y_at(5),
 }
 
 
@@ -483,7 +483,7 @@ def _x_at(xa_index):
 # graph input's own flat array) instead of the arena; kernels that only read it there
 INPUT_ARG = {
     (R.Conv2D, "nchwc_plain_in"): {"x": _x_at(1)}, (R.Conv2D1x1, "nchwc_plain_in"): {"x": _x_at(1)},
-    (R.Conv3d, "nchwc_plain_in"): {"x": _x_at(1)},
+    (R.Conv3d, "nchwc_plain_in"): {"x": _x_at(1)}, (R.Conv2dBackwardWeight, "nchwc_wgrad"): {"x": _x_at(1)},
 }
 
 
@@ -643,10 +643,10 @@ def conv2d_backward_weight_nchwc(t, arena):
     lanes = t.tiling.lanes
     (c, h, wi), (k, oh, ow) = g.x_shape[1:], g.y_shape[1:]
     workers = _threads()
-    return nchwc_wgrad.wgrad, (arena, t.off("x") // 4, t.off("dy") // 4, t.scratch_off // 4, arena, t.off("dw") // 4,
-                               g.x_shape[0], c, h, wi, k, oh, ow, *g.kernel, *g.stride, *g.pad_begin, *g.dilation,
-                               g.groups, *nchwc.group_blocks(g, lanes), workers,
-                               nchwc_wgrad.chunk_rows(g, lanes, workers), simd.lanes(lanes))
+    return nchwc_wgrad.wgrad, (arena, arena, t.off("x") // 4, t.off("dy") // 4, t.scratch_off // 4, arena,
+                               t.off("dw") // 4, g.x_shape[0], c, h, wi, k, oh, ow, *g.kernel, *g.stride,
+                               *g.pad_begin, *g.dilation, g.groups, *nchwc.group_blocks(g, lanes), workers,
+                               nchwc_wgrad.chunk_rows(g, lanes, workers), t.layout("x") == PLAIN, simd.lanes(lanes))
 
 
 @runs(R.MaxPool2dBackward, "nchwc_pool_backward")
