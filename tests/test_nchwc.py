@@ -910,8 +910,7 @@ def test_nchwc_wgrad_reads_x_plain_or_blocked_as_it_comes(width):
     from rlxpy.thunks.executor import IN_PLACE_MIN_BYTES
     rng = np.random.default_rng(97)
     for n, c, k, hw, stride, pad, groups in [(2, width + 3, 2 * width + 1, 23, 1, 1, 1),
-                                             (3, 2 * width, width, 40, 2, 0, 2)]:
-        k = k if groups == 1 else 2 * width
+                                             (3, 2 * width, 2 * width, 40, 2, 0, 2)]:
         kw = dict(stride=stride, padding=pad)
         oh = (hw + 2 * pad - 3) // stride + 1
         g = rx.Graph()

@@ -156,20 +156,20 @@ def build_plan(nodes, params, outputs: Dict[str, int], input_shapes, config: Con
     # some consumer prefers it so; else plain (and a consumer that wants it blocked gets a
     # reordered copy, made once).
     wanted_by: Dict[int, set] = {}        # value id -> the layouts its consumers prefer
-    plain_read = set()                    # value ids some consumer reads only in a blocked layout
+    blocked_only = set()                  # value ids some consumer cannot read plain
     for rec, choice in lowered:
         for role in rec.INPUTS:
             if getattr(rec, role) != ABSENT:
                 wanted_by.setdefault(getattr(rec, role), set()).add(choice.layout(role))
                 if role not in choice.plain_ok:
-                    plain_read.add(getattr(rec, role))
+                    blocked_only.add(getattr(rec, role))
     # A graph input every consumer reads in one blocked layout is copied into the arena in
     # it (the copy is the reorder), unless it is also a graph output, or every consumer can
     # read it plain as well (plain_ok): then it stays plain, and may be read in place.
     for i in order:
         wants = wanted_by.get(i, set())
         if (nodes[i].op == "Input" and len(wants) == 1 and PLAIN not in wants and i not in outputs.values()
-                and i in plain_read):
+                and i in blocked_only):
             layout_of[i] = next(iter(wants))
     for rec, choice in lowered:
         moved = {}
