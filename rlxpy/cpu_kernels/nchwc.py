@@ -418,6 +418,14 @@ def _offsets(xb, org, dy, dx, H, Wi, ps, z0, live):
 
 
 @inlined
+def _all_padding(o0, o1, o2, o3, o4, o5, z0):
+    """Whether all 6 of a tap's offsets are at z0 (the tap is in the padding for every live
+    pixel of the tile, as a 3x3 tap row above a tile in the top output row): it then adds
+    nothing, and skipping its blocks' FMAs is what onnxruntime's MLAS does with padding."""
+    return o0 == z0 and o1 == z0 and o2 == z0 and o3 == z0 and o4 == z0 and o5 == z0
+
+
+@inlined
 def _block_steps(o0, o1, o2, o3, o4, o5, z0, BS):
     """Each tap offset's step to the same tap in the next block of x: BS, or 0 for one at
     z0 (the padding's zeros, the same for every block)."""
@@ -560,6 +568,8 @@ def _lone_block_sums(a, xg, p0, ob0, od, org, orb, live_b, inside, D, H, Wi, KD,
             for j in range(KW):
                 o0, o1, o2, o3, o4, o5 = _offsets(xb, org, i * dh, j * dw, H, Wi, V, z0, TP)
                 o6, o7, o8, o9, o10, o11 = _offsets(xb, orb, i * dh, j * dw, H, Wi, V, z0, live_b)
+                if _all_padding(o0, o1, o2, o3, o4, o5, z0) and _all_padding(o6, o7, o8, o9, o10, o11, z0):
+                    continue
                 s0, s1, s2, s3, s4, s5 = _block_steps(o0, o1, o2, o3, o4, o5, z0, BS)
                 s6, s7, s8, s9, s10, s11 = _block_steps(o6, o7, o8, o9, o10, o11, z0, BS)
                 wb = p0 + (ob0 * T + (kd * KH + i) * KW + j) * CBg * V * V
@@ -696,6 +706,8 @@ def conv(a, x0, p0, ya, y0, y_plain, K, N, D, H, Wi, OD, OH, OW, KD, KH, KW, sd,
                     for i in range(KH):
                         for j in range(KW):
                             o0, o1, o2, o3, o4, o5 = _offsets(xb, org, i * dh, j * dw, H, Wi, V, z0, live)
+                            if _all_padding(o0, o1, o2, o3, o4, o5, z0):
+                                continue
                             s0, s1, s2, s3, s4, s5 = _block_steps(o0, o1, o2, o3, o4, o5, z0, BS)
                             tap = (kd * KH + i) * KW + j
                             wb0 = p0 + (ob0 * T + tap) * CBg * V * V
@@ -942,6 +954,18 @@ def _row_item(it, runs, OD, CB):
 
 
 @inlined
+def _row_item_blocks_inner(it, runs, OD, CB):
+    """A work item's (run of rows, output plane, channel block, image), the channel blocks
+    innermost: the threads split the image by rows, as the stem conv before a pool writes it
+    and as the conv after it (pixels outer) reads it."""
+    cb = it % CB
+    r = it // CB
+    rc = r % runs
+    r //= runs
+    return rc, r % OD, cb, r // OD
+
+
+@inlined
 def _row_steps(live, step):
     """The x offsets of a row tile's pixels 1..5 from its first (step floats apart); a pixel
     past the live ones reads the first's x (never past the row)."""
@@ -1029,7 +1053,7 @@ def pool(a, x0, ya, y0, y_plain, C, N, D, H, Wi, OD, OH, OW, KD, KH, KW, sd, sh,
     ow_lo, ow_hi = _interior_columns(OW, Wi, KW, sw, pw, dw)
     for it in prange(N * CB * OD * runs):
         V = nlanes(L)
-        rc, od, cb, n = _row_item(it, runs, OD, CB)
+        rc, od, cb, n = _row_item_blocks_inner(it, runs, OD, CB)
         # the output plane's window in depth: planes id0 + kd * dd, kd in [kd_lo, kd_hi) inside x
         id0 = od * sd - pd
         kd_lo = max(0, (-id0 + dd - 1) // dd)
