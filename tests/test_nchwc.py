@@ -64,6 +64,7 @@ def test_nchwc_direct_every_item_order(case, order, width, monkeypatch):
     if _why_not_blocked(case, width):
         pytest.skip("not a blocked case")
     monkeypatch.setattr(nchwc, "PIXEL_MAJOR_WEIGHT_BYTES", 1 << 40 if order == "pixels" else 0)
+    monkeypatch.setattr(nchwc, "STRIDED_PIXEL_MAJOR_L2_SHARE", 0.0)
     monkeypatch.setattr(nchwc, "PAIR_MAJOR_RATIO", 0.0 if order == "pairs-images" else float("inf"))
     ref, _, _, _ = run_case(case, REFERENCE, seed=41)
     out, exe, _, _ = run_case(case, rx.Config(conv_algo="nchwc_direct", simd_width=width), seed=41)
@@ -76,6 +77,47 @@ def test_nchwc_direct_every_item_order(case, order, width, monkeypatch):
     assert ("pixels split" if order == "pixels" else "output blocks split") in th.why
     assert ("through the batch's images" in th.why) == images, th.why
     assert_close(out, ref, TOL, f"nchwc_direct order {order} {width} {case.id}")
+
+
+def test_l2_bytes_reads_the_level_2_cache_of_sysfs(tmp_path):
+    """host.l2_bytes: sysfs's level-2 data or unified cache (not L1's, not the L3), its size
+    in K or M; where the host does not say, L2_FALLBACK_BYTES."""
+    from rlxpy.cpu_kernels import host
+    for index, (level, kind, size) in enumerate((("1", "Data", "48K"), ("1", "Instruction", "32K"),
+                                                 ("2", "Unified", "2048K"), ("3", "Unified", "96M"))):
+        d = tmp_path / f"index{index}"
+        d.mkdir()
+        (d / "level").write_text(level + "\n")
+        (d / "type").write_text(kind + "\n")
+        (d / "size").write_text(size + "\n")
+    assert host.l2_bytes.__wrapped__(str(tmp_path)) == 2 << 20
+    (tmp_path / "index2" / "size").write_text("1M\n")
+    assert host.l2_bytes.__wrapped__(str(tmp_path)) == 1 << 20
+    assert host.l2_bytes.__wrapped__(str(tmp_path / "absent")) == host.L2_FALLBACK_BYTES
+
+
+@pytest.mark.parametrize("l2, stride, split", [
+    (2 << 20, 2, "pixels"),            # 295 KB of weights within half a 2 MiB L2: strided, so pixels outer
+    (2 << 20, 1, "output blocks"),     # the same weights at stride 1: past PIXEL_MAJOR_WEIGHT_BYTES
+    (512 << 10, 2, "output blocks"),   # half a 512 KiB L2 (Zen 2, Zen 3): past it
+])
+def test_a_strided_conv_splits_pixels_while_its_weights_fit_half_the_l2(l2, stride, split, monkeypatch):
+    """nchwc.pixel_major: a stride-2 conv 64 -> 128 (3x3, 16 lanes: 294,912 bytes of packed
+    weights, over the 256 KiB of PIXEL_MAJOR_WEIGHT_BYTES) takes pixels outer on a host whose
+    L2 holds them twice, output blocks outer otherwise; the same sums either way."""
+    from rlxpy.cpu_kernels import nchwc
+    monkeypatch.setattr(nchwc, "l2_bytes", lambda: l2)
+    rng = np.random.default_rng(5)
+    g = rx.Graph()
+    x = g.input("x", (1, 64, 13, 13))
+    g.output("y", g.conv(x, g.param("w", rand(rng, 128, 64, 3, 3)), stride=stride, padding=1, name="c"))
+    exe = rx.compile(g, rx.Config(conv_algo="nchwc_direct", simd_width=16))
+    th = main_thunk(exe)
+    assert nchwc.packed_floats(th.record.geometry, 16) * 4 > nchwc.PIXEL_MAJOR_WEIGHT_BYTES
+    assert th.algo == "nchwc_direct" and f"{split} split over the threads" in th.why, exe.explain()
+    assert th.tiling.k_blocks == (4 if split == "pixels" else 1)        # all 4 pairs a chunk, or 1
+    feeds = {"x": rand(rng, 1, 64, 13, 13)}
+    assert_close(exe.run(feeds)["y"], rx.compile(g, REFERENCE).run(feeds)["y"], TOL, f"{l2} {stride}")
 
 
 SLIVER_CASES = [   # (x shape, w shape, conv kwargs): a plane whose last tile holds 1 or 2 pixels

@@ -22,6 +22,7 @@ from math import ceil, prod
 import numpy as np
 from numba import prange
 
+from .host import l2_bytes
 from .jit import inlined, parallel_kernel
 from .im2col import padded_taps, valid_range
 from .simd import (nlanes, vadd, vbcast, vfma, vload, vmax, vmin, vmul, vsplat, vstore, vstore_columns, vstore_tail,
@@ -121,12 +122,27 @@ def chunk_pixels(g, outer: int, threads: int) -> int:
 PIXEL_MAJOR_WEIGHT_BYTES = 256 * 1024
 
 
+# A strided conv reads its x where the conv before it wrote it, but each output row needs
+# `stride` times the input rows: with pairs outer, each core reads half of x from the other
+# core's cache. Pixels outer pays for that up to larger weights, while every pair's weights
+# fit this share of a core's L2 (host.l2_bytes). ResNet-18's s2 64 -> 128 (295 KB of
+# weights) on the Xeon (2 MiB L2), in the model and alternated with pairs outer: 0.319 ->
+# 0.276 ms at batch 1 (40 passes), 1.14-1.25x per image at batch 8; s2 128 -> 256 (1.2 MB)
+# ran 0.9x pixels outer, past the share. On a 512 KiB L2 (Zen 2, Zen 3) the share is the
+# 256 KiB above, the rule they were measured with.
+STRIDED_PIXEL_MAJOR_L2_SHARE = 0.5
+
+
 def pixel_major(g, lanes: int) -> bool:
-    """Whether conv's work items take chunks of pixels outer (every pair's packed weights fit
-    PIXEL_MAJOR_WEIGHT_BYTES). 3x3 64 -> 64 @56 at batch 1 after another conv: 1.39 ms
-    pairs outer, 1.27 pixels outer (x freshly written by the two cores; AVX2, 2 cores)."""
+    """Whether conv's work items take chunks of pixels outer: every pair's packed weights fit
+    PIXEL_MAJOR_WEIGHT_BYTES, or, for a strided conv, STRIDED_PIXEL_MAJOR_L2_SHARE of the
+    host's L2. 3x3 64 -> 64 @56 at batch 1 after another conv: 1.39 ms pairs outer, 1.27
+    pixels outer (x freshly written by the two cores; AVX2, 2 cores)."""
     cbg, ocbg = group_blocks(g, lanes)
-    return 4 * ocbg * cbg * prod(g.kernel) * lanes * lanes <= PIXEL_MAJOR_WEIGHT_BYTES
+    weights = 4 * ocbg * cbg * prod(g.kernel) * lanes * lanes
+    if weights <= PIXEL_MAJOR_WEIGHT_BYTES:
+        return True
+    return max(g.stride) > 1 and weights <= STRIDED_PIXEL_MAJOR_L2_SHARE * l2_bytes()
 
 
 # Pairs outer, a batch's images inner (conv's gp = 0) where a pair's packed weights outweigh
