@@ -447,6 +447,24 @@ def test_padded_channels_keep_a_vector_kernel_never_im2col(width):
         assert_close(got[name], want[name], TOL, f"{name} {width}")
 
 
+@pytest.mark.parametrize("width", WIDTHS)
+def test_a_large_input_is_reordered_in_spans_of_pixels_to_the_same_blocked_values(width):
+    """to_blocked cuts a plane of 37 x 41 = 1517 pixels into spans (5 at 16 lanes, 8 at 8 and
+    1), the last ending in pixels past whole vectors, and 20 channels into a padded block:
+    a max pool (exact) over the reordered input equals the reference pool, at every width."""
+    from rlxpy.cpu_kernels import nchwc
+    rng = np.random.default_rng(48)
+    g = rx.Graph()
+    x = g.input("x", (2, 20, 37, 41))
+    g.output("y", g.pool(x, "max", 3, stride=1, padding=1, name="p"))
+    exe = rx.compile(g, rx.Config(simd_width=width, conv_algo="nchwc_pool"))
+    assert [t.algo for t in exe.thunks] == ["nchwc_pool"] and exe.plan().input_layouts["x"] == blocked(width), \
+        exe.explain()
+    assert 37 * 41 // (nchwc.REORDER_SPAN_VECTORS * width) > 1         # more than one span
+    feeds = {"x": rand(rng, 2, 20, 37, 41)}
+    np.testing.assert_array_equal(exe.run(feeds)["y"], rx.compile(g, REFERENCE).run(feeds)["y"])
+
+
 def test_layout_names_and_shapes():
     assert lanes_of(PLAIN) == 0 and lanes_of(blocked(16)) == 16 and blocked(8) == "nchw8c"
     assert stored_shape((2, 5, 3, 4), PLAIN) == (2, 5, 3, 4)
