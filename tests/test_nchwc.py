@@ -465,6 +465,24 @@ def test_a_large_input_is_reordered_in_spans_of_pixels_to_the_same_blocked_value
     np.testing.assert_array_equal(exe.run(feeds)["y"], rx.compile(g, REFERENCE).run(feeds)["y"])
 
 
+def test_runs_of_rows_are_evened_out():
+    """nchwc._rows_for: about 512 pixels a run, at least 4 items a thread where the plane
+    allows, then the same count of runs made as even as whole rows allow (28 rows in 2 runs:
+    14 + 14, not 18 + 10), so threads splitting a plane by rows get equal shares."""
+    from math import ceil
+    from rlxpy.cpu_kernels import nchwc
+    assert nchwc._rows_for(12, 28, 28, 2) == 14
+    for outer in (1, 4, 12, 36):
+        for ow in (7, 14, 28, 56, 112):
+            for oh in range(1, 120):
+                rows = nchwc._rows_for(outer, oh, ow, 2)
+                first = max(1, min(oh, 512 // ow))          # before evening out
+                while first > 1 and outer * ceil(oh / first) < 8:
+                    first = ceil(first / 2)
+                assert 1 <= rows <= first and ceil(oh / rows) == ceil(oh / first)
+                assert rows == 1 or ceil(oh / (rows - 1)) > ceil(oh / rows)      # the smallest such rows
+
+
 def test_layout_names_and_shapes():
     assert lanes_of(PLAIN) == 0 and lanes_of(blocked(16)) == 16 and blocked(8) == "nchw8c"
     assert stored_shape((2, 5, 3, 4), PLAIN) == (2, 5, 3, 4)

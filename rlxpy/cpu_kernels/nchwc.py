@@ -978,19 +978,10 @@ def _interior_columns(OW, Wi, KW, sw, pw, dw):
 
 @inlined
 def _row_item(it, runs, OD, CB):
-    """A work item's (run of rows, output plane, channel block, image)."""
-    rc = it % runs
-    r = it // runs
-    od = r % OD
-    r //= OD
-    return rc, od, r % CB, r // CB
-
-
-@inlined
-def _row_item_blocks_inner(it, runs, OD, CB):
-    """A work item's (run of rows, output plane, channel block, image), the channel blocks
-    innermost: the threads split the image by rows, as the stem conv before a pool writes it
-    and as the conv after it (pixels outer) reads it."""
+    """A work item's (run of rows, output plane, channel block, image) of pool and depthwise,
+    the channel blocks innermost: the threads split the image by rows, as what comes before
+    them mostly writes it (the stem by rows, pixel-outer convs, nchwc_1x1's pixel runs,
+    to_blocked's spans) and what comes after reads it."""
     cb = it % CB
     r = it // CB
     rc = r % runs
@@ -1086,7 +1077,7 @@ def pool(a, x0, ya, y0, y_plain, C, N, D, H, Wi, OD, OH, OW, KD, KH, KW, sd, sh,
     ow_lo, ow_hi = _interior_columns(OW, Wi, KW, sw, pw, dw)
     for it in prange(N * CB * OD * runs):
         V = nlanes(L)
-        rc, od, cb, n = _row_item_blocks_inner(it, runs, OD, CB)
+        rc, od, cb, n = _row_item(it, runs, OD, CB)
         # the output plane's window in depth: planes id0 + kd * dd, kd in [kd_lo, kd_hi) inside x
         id0 = od * sd - pd
         kd_lo = max(0, (-id0 + dd - 1) // dd)
@@ -1197,7 +1188,7 @@ def _rows_for(outer: int, oh: int, ow: int, threads: int) -> int:
     rows = max(1, min(oh, 512 // ow))
     while rows > 1 and outer * ceil(oh / rows) < 4 * threads:
         rows = ceil(rows / 2)
-    return rows
+    return ceil(oh / ceil(oh / rows))        # the same runs, evened out: 28 rows as 14 + 14, not 18 + 10
 
 
 @inlined
