@@ -81,7 +81,8 @@ def test_nchwc_direct_every_item_order(case, order, width, monkeypatch):
 
 def test_l2_bytes_reads_the_level_2_cache_of_sysfs(tmp_path):
     """host.l2_bytes: sysfs's level-2 data or unified cache (not L1's, not the L3), its size
-    in K or M; where the host does not say, L2_FALLBACK_BYTES."""
+    in K or M, past entries that are not caches or can't be read; where the host does not
+    say, L2_FALLBACK_BYTES."""
     from rlxpy.cpu_kernels import host
     for index, (level, kind, size) in enumerate((("1", "Data", "48K"), ("1", "Instruction", "32K"),
                                                  ("2", "Unified", "2048K"), ("3", "Unified", "96M"))):
@@ -90,6 +91,8 @@ def test_l2_bytes_reads_the_level_2_cache_of_sysfs(tmp_path):
         (d / "level").write_text(level + "\n")
         (d / "type").write_text(kind + "\n")
         (d / "size").write_text(size + "\n")
+    (tmp_path / "uevent").write_text("")                    # sysfs's other entries are passed over
+    (tmp_path / "index1" / "level").unlink()                 # as is an index that can't be read
     assert host.l2_bytes.__wrapped__(str(tmp_path)) == 2 << 20
     (tmp_path / "index2" / "size").write_text("1M\n")
     assert host.l2_bytes.__wrapped__(str(tmp_path)) == 1 << 20

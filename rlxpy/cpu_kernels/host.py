@@ -78,8 +78,12 @@ def l2_bytes(root: str = "/sys/devices/system/cpu/cpu0/cache") -> int:
     """The L2 cache of one core in bytes (sysfs's level-2 data or unified cache of cpu0), or
     L2_FALLBACK_BYTES where the host does not say."""
     try:
-        for entry in sorted(os.listdir(root)):
-            path = os.path.join(root, entry)
+        entries = sorted(e for e in os.listdir(root) if e.startswith("index"))
+    except OSError:
+        return L2_FALLBACK_BYTES
+    for entry in entries:            # index0 .. indexN; an unreadable one is passed over
+        path = os.path.join(root, entry)
+        try:
             with open(os.path.join(path, "level")) as f:
                 level = f.read().strip()
             with open(os.path.join(path, "type")) as f:
@@ -87,6 +91,6 @@ def l2_bytes(root: str = "/sys/devices/system/cpu/cpu0/cache") -> int:
             if level == "2" and kind in ("Data", "Unified"):
                 with open(os.path.join(path, "size")) as f:
                     return _cache_bytes(f.read())
-    except (OSError, ValueError):
-        pass
+        except (OSError, ValueError):
+            continue
     return L2_FALLBACK_BYTES
