@@ -1,0 +1,44 @@
+"""The suite on pytest-xdist workers (`pytest -n 2`, the README's test command).
+
+Most of the suite's time is numba compiling every vector kernel once per SIMD width. So
+tests are grouped by the width whose kernels they compile (their `width` or `W` parameter,
+else the host's), and `--dist loadgroup` keeps each group on one worker: the two workers then
+compile different vector kernels (only the small width-free ones, such as the reference
+kernels, are compiled by both).
+
+Each worker keeps numba's on-disk cache in a folder of its own. numba updates a kernel's
+cache index by reading it, adding an entry and writing it back; two processes saving new
+entries of one kernel at once can each number their data file the same, leaving an entry
+that points at the other process's machine code. Both workers compile the reference kernels,
+so a shared folder would risk exactly that.
+"""
+import os
+from pathlib import Path
+
+import pytest
+
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if _WORKER and "NUMBA_CACHE_DIR" not in os.environ:
+    # set before anything imports numba: numba reads it once, at import
+    os.environ["NUMBA_CACHE_DIR"] = str(Path(__file__).resolve().parent.parent / ".pytest_cache" / f"numba-{_WORKER}")
+
+
+def width_group(item) -> str:
+    """The xdist group of a test: the SIMD width it compiles kernels at, or "gpu" for the
+    Triton tests (their CPU side is the reference kernels, which every group compiles)."""
+    if Path(str(item.fspath)).name == "test_triton.py":
+        return "gpu"
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    width = params.get("width", params.get("W"))
+    if isinstance(width, int) and width in (16, 8, 1):
+        return f"width-{width}"
+    import rlxpy as rx
+    from rlxpy.cpu_kernels import simd
+    return f"width-{simd.resolve_width(rx.Config.from_env().simd_width)}"     # RLX_SIMD_WIDTH where set
+
+
+@pytest.hookimpl(tryfirst=True)      # before xdist's own hook reads the groups into the test ids
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if not any(m.name == "xdist_group" for m in item.iter_markers()):
+            item.add_marker(pytest.mark.xdist_group(width_group(item)))
