@@ -275,3 +275,33 @@ def test_explain_names_what_no_representative_size_fixes():
     with pytest.raises(ValueError, match="representative.*too_tall"):
         exe.explain()
     assert exe.run({"x": np.ones((1, 1, 2000, 3), np.float32)})["y"].shape == (1, 1, 1, 3)
+
+
+def test_xdist_groups_follow_the_simd_width_a_test_compiles_at():
+    """`pytest -n 2` keeps each width's tests on one worker (tests/conftest.py): a test's
+    group is its width parameter, else the host's width; the Triton tests have their own."""
+    from types import SimpleNamespace
+    from conftest import width_group
+    from rlxpy.cpu_kernels import simd
+
+    def item(path, **params):
+        return SimpleNamespace(fspath=path, callspec=SimpleNamespace(params=params))
+    host = simd.resolve_width(rx.Config.from_env().simd_width)
+    assert width_group(item("tests/test_nchwc.py", width=8, case="c")) == "width-8"
+    assert width_group(item("tests/test_simd.py", W=1)) == "width-1"
+    assert width_group(item("tests/test_nchwc.py", case="c")) == f"width-{host}"
+    assert width_group(SimpleNamespace(fspath="tests/test_onnx.py")) == f"width-{host}"
+    assert width_group(item("tests/test_triton.py", width=16)) == "gpu"
+
+
+def test_each_xdist_worker_keeps_numba_cache_in_a_folder_of_its_own():
+    """Two processes saving to one numba cache index can cross their entries (conftest.py):
+    under xdist every worker's kernels are cached apart."""
+    import os
+    import numba
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None:
+        pytest.skip("one process: numba's own cache folders")
+    assert pathlib.Path(numba.config.CACHE_DIR).name == f"numba-{worker}"
+    from rlxpy.cpu_kernels import nchwc
+    assert pathlib.Path(nchwc.conv._cache._cache_path).is_relative_to(numba.config.CACHE_DIR)
