@@ -2,9 +2,10 @@
 
 Most of the suite's time is numba compiling every vector kernel once per SIMD width. So
 tests are grouped by the width whose kernels they compile (their `width` or `W` parameter,
-else the host's), and `--dist loadgroup` keeps each group on one worker: the two workers then
-compile different vector kernels (only the small width-free ones, such as the reference
-kernels, are compiled by both).
+else the host's), and `-n` distributes by group (`--dist loadgroup`, unless another `--dist`
+is given), which keeps each group on one worker: the two workers then compile different
+vector kernels (only the small width-free ones, such as the reference kernels, are
+compiled by both).
 
 Each worker keeps numba's on-disk cache in a folder of its own. numba updates a kernel's
 cache index by reading it, adding an entry and writing it back; two processes saving new
@@ -23,6 +24,18 @@ if _WORKER and "NUMBA_CACHE_DIR" not in os.environ:
     os.environ["NUMBA_CACHE_DIR"] = str(Path(__file__).resolve().parent.parent / ".pytest_cache" / f"numba-{_WORKER}")
 
 
+@pytest.hookimpl(tryfirst=True)      # before xdist's own hook turns a bare -n into --dist load
+def pytest_cmdline_main(config):
+    option = config.option
+    if getattr(option, "numprocesses", None) and getattr(option, "dist", None) == "no":
+        option.dist = "loadgroup"
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: the controller tells each worker its --dist
+def pytest_configure_node(node):
+    node.workerinput["rlxpy_dist"] = node.config.option.dist
+
+
 def width_group(item) -> str:
     """The xdist group of a test: the SIMD width it compiles kernels at, or "gpu" for the
     Triton tests (their CPU side is the reference kernels, which every group compiles)."""
@@ -39,6 +52,9 @@ def width_group(item) -> str:
 
 @pytest.hookimpl(tryfirst=True)      # before xdist's own hook reads the groups into the test ids
 def pytest_collection_modifyitems(config, items):
+    # a worker parses the command line again, where a bare -n read as --dist load
+    if getattr(config, "workerinput", {}).get("rlxpy_dist") == "loadgroup":
+        config.option.loadgroup = True
     for item in items:
         if not any(m.name == "xdist_group" for m in item.iter_markers()):
             item.add_marker(pytest.mark.xdist_group(width_group(item)))

@@ -294,6 +294,27 @@ def test_xdist_groups_follow_the_simd_width_a_test_compiles_at():
     assert width_group(item("tests/test_triton.py", width=16)) == "gpu"
 
 
+def test_a_bare_n_distributes_by_width_group_and_tells_the_workers():
+    """`-n 2` alone means --dist loadgroup; a --dist the user gives is kept; without -n
+    nothing changes. Each worker parses the command line again (where a bare -n reads as
+    --dist load), so the controller passes its choice in the worker's input."""
+    from types import SimpleNamespace as NS
+    import conftest
+
+    def dist_after(numprocesses, dist):
+        config = NS(option=NS(numprocesses=numprocesses, dist=dist))
+        conftest.pytest_cmdline_main(config)
+        return config.option.dist
+    assert dist_after(2, "no") == "loadgroup"
+    assert dist_after(2, "load") == "load"
+    assert dist_after(None, "no") == "no"
+    node = NS(config=NS(option=NS(dist="loadgroup")), workerinput={})
+    conftest.pytest_configure_node(node)
+    worker = NS(option=NS(loadgroup=False), workerinput=node.workerinput)
+    conftest.pytest_collection_modifyitems(worker, [])
+    assert worker.option.loadgroup is True
+
+
 def test_each_xdist_worker_keeps_numba_cache_in_a_folder_of_its_own():
     """Two processes saving to one numba cache index can cross their entries (conftest.py):
     under xdist every worker's kernels are cached apart."""
