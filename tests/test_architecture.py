@@ -277,7 +277,7 @@ def test_explain_names_what_no_representative_size_fixes():
     assert exe.run({"x": np.ones((1, 1, 2000, 3), np.float32)})["y"].shape == (1, 1, 1, 3)
 
 
-def test_xdist_groups_follow_the_simd_width_a_test_compiles_at():
+def test_xdist_groups_follow_the_simd_width_a_test_compiles_at(monkeypatch):
     """`pytest -n 2` keeps each width's tests on one worker (tests/conftest.py): a test's
     group is its width parameter, else the host's width; the Triton tests have their own."""
     from types import SimpleNamespace
@@ -292,6 +292,10 @@ def test_xdist_groups_follow_the_simd_width_a_test_compiles_at():
     assert width_group(item("tests/test_nchwc.py", case="c")) == f"width-{host}"
     assert width_group(SimpleNamespace(fspath="tests/test_onnx.py")) == f"width-{host}"
     assert width_group(item("tests/test_triton.py", width=16)) == "gpu"
+    monkeypatch.setenv("RLX_SIMD_WIDTH", "4")         # refused by Config: grouping must not fail collection
+    assert width_group(item("tests/test_nchwc.py")) == f"width-{simd.resolve_width(None)}"
+    monkeypatch.setenv("RLX_SIMD_WIDTH", "1")
+    assert width_group(item("tests/test_nchwc.py")) == "width-1"
 
 
 def test_a_bare_n_distributes_by_width_group_and_tells_the_workers():
