@@ -28,20 +28,23 @@ def llvm_cpu() -> str:
     return llvm.get_host_cpu_name()
 
 
+def _read_text(*path: str) -> str:
+    """A small kernel file's text (sysfs, cgroupfs), stripped; OSError where it can't be read."""
+    with open(os.path.join(*path)) as f:
+        return f.read().strip()
+
+
 def _cgroup_cpu_limit(root: str = "/sys/fs/cgroup") -> Optional[float]:
     """The CPU quota of this process's cgroup in cores (v2 cpu.max, else v1 cfs quota), or
     None where there is none or it can't be read."""
     try:
-        with open(os.path.join(root, "cpu.max")) as f:
-            quota, period = f.read().split()[:2]
+        quota, period = _read_text(root, "cpu.max").split()[:2]
         return None if quota == "max" else int(quota) / int(period)
     except (OSError, ValueError):
         pass
     try:
-        with open(os.path.join(root, "cpu", "cpu.cfs_quota_us")) as f:
-            quota = int(f.read())
-        with open(os.path.join(root, "cpu", "cpu.cfs_period_us")) as f:
-            period = int(f.read())
+        quota = int(_read_text(root, "cpu", "cpu.cfs_quota_us"))
+        period = int(_read_text(root, "cpu", "cpu.cfs_period_us"))
         return None if quota <= 0 or period <= 0 else quota / period
     except (OSError, ValueError):
         return None
@@ -82,15 +85,10 @@ def l2_bytes(root: str = "/sys/devices/system/cpu/cpu0/cache") -> int:
     except OSError:
         return L2_FALLBACK_BYTES
     for entry in entries:            # index0 .. indexN; an unreadable one is passed over
-        path = os.path.join(root, entry)
         try:
-            with open(os.path.join(path, "level")) as f:
-                level = f.read().strip()
-            with open(os.path.join(path, "type")) as f:
-                kind = f.read().strip()
+            level, kind = _read_text(root, entry, "level"), _read_text(root, entry, "type")
             if level == "2" and kind in ("Data", "Unified"):
-                with open(os.path.join(path, "size")) as f:
-                    return _cache_bytes(f.read())
+                return _cache_bytes(_read_text(root, entry, "size"))
         except (OSError, ValueError):
             continue
     return L2_FALLBACK_BYTES
