@@ -70,7 +70,9 @@ def test_nchwc_direct_every_item_order(case, order, width, monkeypatch):
     out, exe, _, _ = run_case(case, rx.Config(conv_algo="nchwc_direct", simd_width=width), seed=41)
     th = main_thunk(exe)
     (_, x), (_, w), groups = case.inputs[0], case.params[0], case.kw["groups"]
-    pairs = -(-(-(-(w[0] // groups) // width)) // 2)        # ceil(ceil(K_g / width) / 2)
+    blocks = -(-(w[0] // groups) // width)                  # a group's output blocks
+    per_tile = 4 if width == 16 and blocks % 4 == 0 else 2  # quads at 16 lanes where they fit
+    pairs = -(-blocks // per_tile)
     images = order == "pairs-images" and x[0] > 1
     expect = pairs if order == "pixels" else 0 if images else 1
     assert th.algo == "nchwc_direct" and th.tiling.k_blocks == expect, exe.explain()
@@ -118,7 +120,8 @@ def test_a_strided_conv_splits_pixels_while_its_weights_fit_half_the_l2(l2, stri
     th = main_thunk(exe)
     assert nchwc.packed_floats(th.record.geometry, 16) * 4 > nchwc.PIXEL_MAJOR_WEIGHT_BYTES
     assert th.algo == "nchwc_direct" and f"{split} split over the threads" in th.why, exe.explain()
-    assert th.tiling.k_blocks == (4 if split == "pixels" else 1)        # all 4 pairs a chunk, or 1
+    assert "6 pixels x 4 blocks" in th.why                               # 8 blocks of 16: quads
+    assert th.tiling.k_blocks == (2 if split == "pixels" else 1)        # both quads a chunk, or 1
     feeds = {"x": rand(rng, 1, 64, 13, 13)}
     assert_close(exe.run(feeds)["y"], rx.compile(g, REFERENCE).run(feeds)["y"], TOL, f"{l2} {stride}")
 
@@ -133,6 +136,18 @@ SLIVER_CASES = [   # (x shape, w shape, conv kwargs): a plane whose last tile ho
 ]
 
 
+def _conv_add_relu(xs, ws, kw, rng):
+    """A graph y = relu(conv(x) + bias + r), the conv named "c" (3-D for a rank-5 x), and
+    the conv's value."""
+    g = rx.Graph()
+    x = g.input("x", xs)
+    conv = g.conv3d if len(xs) == 5 else g.conv
+    c = conv(x, g.param("w", rand(rng, *ws)), bias=g.param("b", rand(rng, ws[0])), name="c", **kw)
+    r = g.input("r", tuple(c.shape))
+    g.output("y", g.relu(g.add(c, r)))
+    return g, c
+
+
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("shapes", SLIVER_CASES, ids=lambda c: "x".join(map(str, c[0])))
 def test_nchwc_direct_last_tile_of_one_or_two_pixels(shapes, width):
@@ -140,17 +155,52 @@ def test_nchwc_direct_last_tile_of_one_or_two_pixels(shapes, width):
     border taps skipped, with the bias and a fused residual add + relu in its store: against
     the reference kernels at every width."""
     (xs, ws, kw), rng = shapes, np.random.default_rng(77)
-    g = rx.Graph()
-    x = g.input("x", xs)
-    conv = g.conv3d if len(xs) == 5 else g.conv
-    c = conv(x, g.param("w", rand(rng, *ws)), bias=g.param("b", rand(rng, ws[0])), name="c", **kw)
-    r = g.input("r", tuple(c.shape))
-    g.output("y", g.relu(g.add(c, r)))
+    g, c = _conv_add_relu(xs, ws, kw, rng)
     exe = rx.compile(g, rx.Config(conv_algo="nchwc_direct", simd_width=width))
     th = main_thunk(exe)
     assert th.algo == "nchwc_direct" and "residual add + relu" in th.why, exe.explain()
     feeds = {"x": rand(rng, *xs), "r": rand(rng, *c.shape)}
     assert_close(exe.run(feeds)["y"], rx.compile(g, REFERENCE).run(feeds)["y"], TOL, f"sliver {xs} {width}")
+
+
+# 6 pixels x 4 blocks at 16 lanes (a group's output blocks a multiple of 4): inside and border
+# tiles, a plane's last 1-2 pixels, groups, dilation, asymmetric padding, input channels not
+# a multiple of the width, 1-D and 3-D, several quads, a residual add + relu in the store.
+QUAD_CASES = [
+    ((1, 64, 13, 13), (64, 64, 3, 3), dict(padding=1)),                       # one quad, inside + border
+    ((2, 20, 11, 9), (128, 20, 3, 3), dict(stride=2, padding=((1, 0), (2, 1)))),  # two quads, C_in padded
+    ((1, 128, 7, 7), (128, 64, 3, 3), dict(padding=2, dilation=2, groups=2)),  # a quad per group; 49 = 8 x 6 + 1
+    ((1, 32, 7, 7), (64, 32, 3, 3), dict(padding=1)),                          # every tile a border tile + sliver
+    ((2, 16, 3, 7, 7), (64, 16, 3, 3, 3), dict(padding=1)),                    # 3-D: planes of padding skipped
+    ((2, 24, 20), (64, 24, 5), dict(padding=4, dilation=2)),                   # 1-D
+    ((1, 16, 6, 20), (80, 16, 3, 3), dict(padding=1)),                         # 5 blocks: pairs and a lone block
+]
+
+
+@pytest.mark.parametrize("width", [16, 8])
+@pytest.mark.parametrize("order", ["pixels", "pairs", "pairs-images"])
+@pytest.mark.parametrize("shapes", QUAD_CASES, ids=lambda c: "x".join(map(str, c[0])) + "-k" + str(c[1][0]))
+def test_nchwc_direct_quad_tiles_at_16_lanes(shapes, order, width, monkeypatch):
+    """At 16 lanes a group whose output blocks come in fours runs 6 pixels x 4 blocks tiles
+    (the explain line says so), in every item order; at 8 lanes, or with 5 blocks, pairs.
+    Against the reference kernels, with the bias and a fused residual add + relu."""
+    from rlxpy.cpu_kernels import nchwc
+    monkeypatch.setattr(nchwc, "PIXEL_MAJOR_WEIGHT_BYTES", 1 << 40 if order == "pixels" else 0)
+    monkeypatch.setattr(nchwc, "STRIDED_PIXEL_MAJOR_L2_SHARE", 0.0)
+    monkeypatch.setattr(nchwc, "PAIR_MAJOR_RATIO", 0.0 if order == "pairs-images" else float("inf"))
+    (xs, ws, kw), rng = shapes, np.random.default_rng(78)
+    g, c = _conv_add_relu(xs, ws, kw, rng)
+    exe = rx.compile(g, rx.Config(conv_algo="nchwc_direct", simd_width=width))
+    th = main_thunk(exe)
+    blocks = -(-(ws[0] // kw.get("groups", 1)) // width)
+    quads = width == 16 and blocks % 4 == 0
+    assert th.algo == "nchwc_direct" and "residual add + relu" in th.why, exe.explain()
+    assert f"6 pixels x {4 if quads else 2} blocks of {width} channels" in th.why, th.why
+    units = -(-blocks // (4 if quads else 2))
+    images = order == "pairs-images" and xs[0] > 1
+    assert th.tiling.k_blocks == (units if order == "pixels" else 0 if images else 1), th.why
+    feeds = {"x": rand(rng, *xs), "r": rand(rng, *c.shape)}
+    assert_close(exe.run(feeds)["y"], rx.compile(g, REFERENCE).run(feeds)["y"], TOL, f"quad {xs} {width} {order}")
 
 
 def _why_not_1x1(case):

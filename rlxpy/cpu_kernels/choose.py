@@ -101,9 +101,11 @@ def nchwc_choice(g: ConvGeometry, ctx: ChoiceContext, why: str, passed=(), roles
     lanes = _lanes(ctx)
     chunk = nchwc.items(g.lifted(2), lanes, ctx.threads)
     split = "pixels" if nchwc.pixel_major(g, lanes) else "output blocks"
-    images = ", each pair through the batch's images" if nchwc.pair_major(g, lanes) else ""
+    blocks = nchwc.tile_blocks(g, lanes)
+    unit = "pair" if blocks == 2 else "quad"
+    images = f", each {unit} through the batch's images" if nchwc.pair_major(g, lanes) else ""
     lone = ", the lone last block in 12 pixels x 1 block tiles" if nchwc.lone_block_tiles(g, lanes, chunk) else ""
-    return _capped(Choice("nchwc_direct", f"{why} (NCHW{lanes}c, 6 pixels x 2 blocks of {lanes} channels a "
+    return _capped(Choice("nchwc_direct", f"{why} (NCHW{lanes}c, 6 pixels x {blocks} blocks of {lanes} channels a "
                                           f"tile{lone}, {split} split over the threads{images}){_then(passed)}",
                           0, 4 * nchwc.packed_floats(g.lifted(2), lanes),
                           Tiling(tile=chunk, k_blocks=nchwc.pair_group(g, lanes), lanes=lanes),

@@ -318,8 +318,7 @@ def conv_nchwc_direct(t, arena):
     lanes = t.tiling.lanes
     args = (arena, t.off("x") // 4, t.persistent_off // 4, *_y_args(t, arena), g.y_shape[1], g.x_shape[0],
             *_geometry_args(g), g.groups, *nchwc.group_blocks(g, lanes), t.tiling.tile, t.tiling.k_blocks,
-            _epi_args(t, arena),
-            simd.lanes(lanes))
+            nchwc.tile_blocks(g, lanes), _epi_args(t, arena), simd.lanes(lanes))
     return with_weights(nchwc.conv, args, t, nchwc.pack, _nchwc_pack_args(t, arena))
 
 
@@ -494,7 +493,7 @@ def _transposed_nchwc(t, arena):
     lanes = t.tiling.lanes
     args = (arena, t.off(x_role) // 4, t.persistent_off // 4, *_y_args(t, arena, y_role), g.y_shape[1],
             g.x_shape[0], *_geometry_args(g), g.groups, *nchwc.group_blocks(g, lanes), t.tiling.tile,
-            t.tiling.k_blocks, nchwc.no_epilogue_args(arena), simd.lanes(lanes))
+            t.tiling.k_blocks, nchwc.tile_blocks(g, lanes), nchwc.no_epilogue_args(arena), simd.lanes(lanes))
     pack = (w, bias, arena, t.persistent_off // 4, g.groups, *nchwc.group_blocks(g, lanes), simd.lanes(lanes))
     return args, pack
 
@@ -535,7 +534,8 @@ def _subpixel(t, arena):
         cbg, ocbg = nchwc.group_blocks(g3, lanes)
         conv = (arena, t.off(in_role) // 4, p0, arena, t.scratch_off // 4, False, g3.y_shape[1], g3.x_shape[0],
                 *_geometry_args(g3), g3.groups, cbg, ocbg, nchwc.items(g3, lanes, threads),
-                nchwc.pair_group(g3, lanes), nchwc.no_epilogue_args(arena), simd.lanes(lanes))
+                nchwc.pair_group(g3, lanes), nchwc.tile_blocks(g3, lanes), nchwc.no_epilogue_args(arena),
+                simd.lanes(lanes))
         lift = 3 - len(ph.first)
         move = (arena, t.scratch_off // 4, t.off(out_role) // 4, g3.x_shape[0], ocbg * g3.groups, *g3.y_shape[2:],
                 *out_sp, *((0,) * lift + ph.first), *((1,) * lift + ph.step), simd.lanes(lanes))

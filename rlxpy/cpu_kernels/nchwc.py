@@ -8,8 +8,10 @@ tensor a kernel here writes, so a consumer may read whole vectors.
 
 The conv tile is 6 output pixels x 2 blocks of V output channels: 12 vector accumulators,
 and per input channel 2 vector loads of weights and 6 broadcasts of x (15 of AVX2's 16
-registers; AVX-512 has 32). Pixels run along the flattened output plane, so a tile may
-span two rows and a 7x7 plane wastes no more than one tile. A pixel whose tap falls in the
+registers). At 16 lanes (AVX-512's 32 registers) a group whose output blocks come in fours
+runs 6 pixels x 4 blocks: 24 accumulators, 4 weight vectors and 6 broadcasts for 24 FMAs
+(the shape of MLAS's AVX-512 kernel; tile_blocks). Pixels run along the flattened output
+plane, so a tile may span two rows and a 7x7 plane wastes no more than one tile. A pixel whose tap falls in the
 padding reads from V zeros kept after the packed weights: the inner loop has no branch.
 
 The kernels take the arena as one flat float32 array and offsets in floats; the vector
@@ -77,6 +79,21 @@ def group_blocks(g, lanes: int) -> tuple:
     if g.groups == 1:
         return -(-g.x_shape[1] // lanes), -(-g.y_shape[1] // lanes)
     return g.cin_g // lanes, g.cout_g // lanes
+
+
+# 6 pixels x 4 blocks: 24 accumulators + 4 weight vectors + a broadcast, 29 of AVX-512's 32
+# registers (AVX2's 16 would spill). Each broadcast of x feeds 4 FMAs, not 2, and a work
+# item reads x once for 4 blocks. ResNet-18 in one arena, its convs' calls alternated with
+# the 6 x 2 tile's over 20 rounds (Xeon, 2 cores): the 3x3 convs 1-6% faster, the pass 2.7%
+# at batch 1 and 3.7% at batch 8; the outputs bit for bit the same (the same sums in the
+# same order). Costs numba about 30 s more per width to compile conv.
+QUAD = 4
+
+
+def tile_blocks(g, lanes: int) -> int:
+    """Output blocks per conv tile: QUAD at 16 lanes where a group's output blocks are a
+    multiple of 4, else BLOCKS (2)."""
+    return QUAD if lanes == 16 and group_blocks(g, lanes)[1] % QUAD == 0 else BLOCKS
 
 
 def lone_block_tiles(g, lanes: int, chunk: int) -> bool:
@@ -167,14 +184,14 @@ def pair_group(g, lanes: int) -> int:
     (conv's gp): all of a group's pixels outer, else 1; 0 for pairs outer of the images
     (pair_major)."""
     if pixel_major(g, lanes):
-        return -(-group_blocks(g, lanes)[1] // BLOCKS)
+        return -(-group_blocks(g, lanes)[1] // tile_blocks(g, lanes))
     return 0 if pair_major(g, lanes) else 1
 
 
 def items(g, lanes: int, threads: int) -> int:
-    """Pixels per work item of conv / conv_plain_in: items are (image, group, pair of output
-    blocks, chunk)."""
-    return chunk_pixels(g, g.x_shape[0] * g.groups * -(-group_blocks(g, lanes)[1] // BLOCKS), threads)
+    """Pixels per work item of conv: items are (image, group, tile's output blocks (a pair,
+    or a quad: tile_blocks), chunk)."""
+    return chunk_pixels(g, g.x_shape[0] * g.groups * -(-group_blocks(g, lanes)[1] // tile_blocks(g, lanes)), threads)
 
 
 @parallel_kernel
@@ -626,17 +643,110 @@ def _lone_block_sums(a, xg, p0, ob0, od, org, orb, live_b, inside, D, H, Wi, KD,
     return acc
 
 
+@inlined
+def _zeros24(L):
+    z = vzero(L)
+    return (z, z, z, z, z, z, z, z, z, z, z, z, z, z, z, z, z, z, z, z, z, z, z, z)
+
+
+@inlined
+def _fma_6x4(a, o0, o1, o2, o3, o4, o5, w0, w1, w2, w3, acc, L):
+    """The quad micro-kernel: x at o0..o5 broadcast, times four weight vectors, into 24
+    accumulators: blocks 0 and 1 as _fma_6x2 keeps them, then blocks 2 and 3 the same way
+    (so acc[:12] and acc[12:] are each a pair's tile for _put_tile). One flat tuple: numba's
+    array analysis fails on a pair of 12-tuples returned from an inlined function."""
+    (a00, a01, a10, a11, a20, a21, a30, a31, a40, a41, a50, a51,
+     b00, b01, b10, b11, b20, b21, b30, b31, b40, b41, b50, b51) = acc
+    xv = vbcast(a, o0, L)
+    a00 = vfma(xv, w0, a00)
+    a01 = vfma(xv, w1, a01)
+    b00 = vfma(xv, w2, b00)
+    b01 = vfma(xv, w3, b01)
+    xv = vbcast(a, o1, L)
+    a10 = vfma(xv, w0, a10)
+    a11 = vfma(xv, w1, a11)
+    b10 = vfma(xv, w2, b10)
+    b11 = vfma(xv, w3, b11)
+    xv = vbcast(a, o2, L)
+    a20 = vfma(xv, w0, a20)
+    a21 = vfma(xv, w1, a21)
+    b20 = vfma(xv, w2, b20)
+    b21 = vfma(xv, w3, b21)
+    xv = vbcast(a, o3, L)
+    a30 = vfma(xv, w0, a30)
+    a31 = vfma(xv, w1, a31)
+    b30 = vfma(xv, w2, b30)
+    b31 = vfma(xv, w3, b31)
+    xv = vbcast(a, o4, L)
+    a40 = vfma(xv, w0, a40)
+    a41 = vfma(xv, w1, a41)
+    b40 = vfma(xv, w2, b40)
+    b41 = vfma(xv, w3, b41)
+    xv = vbcast(a, o5, L)
+    a50 = vfma(xv, w0, a50)
+    a51 = vfma(xv, w1, a51)
+    b50 = vfma(xv, w2, b50)
+    b51 = vfma(xv, w3, b51)
+    return (a00, a01, a10, a11, a20, a21, a30, a31, a40, a41, a50, a51,
+            b00, b01, b10, b11, b20, b21, b30, b31, b40, b41, b50, b51)
+
+
+@inlined
+def _quad_sums(a, xg, p0, ob0, od, org, live, inside, D, H, Wi, KD, KH, KW, sd, pd, dd, dh, dw, CBg, HWV, BS, T,
+               z0, L):
+    """A tile's sums through output blocks ob0 .. ob0 + 3 (x's group at xg). Per tap, each
+    pixel's offset and its step to the next block: from the first pixel's offsets with no
+    test inside x, else tested (0 steps in the padding), as conv's 6 x 2 border tiles. One
+    micro-kernel call site: numba compiles each inlined copy anew (two had doubled conv's
+    compile time)."""
+    V = nlanes(L)
+    WB = T * CBg * V * V                 # one output block's packed weights
+    acc = _zeros24(L)
+    d0, d1, d2, d3, d4, d5 = _pixel_offsets(org, Wi, V)
+    for kd in range(KD):
+        idp = od * sd - pd + kd * dd
+        if idp < 0 or idp >= D:
+            continue
+        xd = xg + idp * HWV
+        for i in range(KH):
+            for j in range(KW):
+                if inside:
+                    xb = xd + (i * dh * Wi + j * dw) * V
+                    o0, o1, o2, o3, o4, o5 = xb + d0, xb + d1, xb + d2, xb + d3, xb + d4, xb + d5
+                    s0 = s1 = s2 = s3 = s4 = s5 = BS
+                else:
+                    o0, o1, o2, o3, o4, o5 = _offsets(xd, org, i * dh, j * dw, H, Wi, V, z0, live)
+                    if _all_padding(o0, o1, o2, o3, o4, o5, z0):
+                        continue
+                    s0, s1, s2, s3, s4, s5 = _block_steps(o0, o1, o2, o3, o4, o5, z0, BS)
+                wb = p0 + (ob0 * T + (kd * KH + i) * KW + j) * CBg * V * V
+                for ib in range(CBg):
+                    for ci in range(V):
+                        acc = _fma_6x4(a, o0 + ci, o1 + ci, o2 + ci, o3 + ci, o4 + ci, o5 + ci,
+                                       vload(a, wb + ci * V, L), vload(a, wb + WB + ci * V, L),
+                                       vload(a, wb + 2 * WB + ci * V, L), vload(a, wb + 3 * WB + ci * V, L), acc, L)
+                    o0 += s0
+                    o1 += s1
+                    o2 += s2
+                    o3 += s3
+                    o4 += s4
+                    o5 += s5
+                    wb += V * V
+    return acc
+
+
 @parallel_kernel
 def conv(a, x0, p0, ya, y0, y_plain, K, N, D, H, Wi, OD, OH, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw,
-         groups, CBg, OCBg, chunk, gp, epi, L):
+         groups, CBg, OCBg, chunk, gp, tb, epi, L):
     """y (in ya at y0: blocked, or plain [N, K, OD, OH, OW] when y_plain; ya is a, or a graph
     output's own array) = conv of x (blocked, in a at x0) with the packed weights and bias
     at p0 (pack). 2-D (and 1-D) convs come with D = OD = KD = 1: a 3-D conv is the sum over
     its depth taps of 2-D convs of input planes. Work items: (image, group, pair of output
-    blocks, output plane, chunk of pixels), ordered as _item says with gp (1, all pairs, or
-    0: pair_group); a plane's last tile of 1-2 pixels a pixel at a time (_pixel_pair_sums:
-    ResNet-18's 512 -> 512 @7, 8 tiles and 1 pixel, 1.29 -> 1.18 ms at batch 1). epi: the
-    fused epilogue (_epi, epilogue_args)."""
+    blocks (tb = 4: a quad, tile_blocks), output plane, chunk of pixels), ordered as _item
+    says with gp (1, all of a group's pairs or quads, or 0: pair_group); a plane's last tile
+    of 1-2 pixels a pixel at a time (_pixel_pair_sums: ResNet-18's 512 -> 512 @7, 8 tiles
+    and 1 pixel, 1.29 -> 1.18 ms at batch 1). epi: the fused epilogue (_epi,
+    epilogue_args)."""
     V = nlanes(L)
     e_kind, e_lo, e_hi, ra, e_r0 = epi         # once, outside the prange (see _epi)
     ep = (e_kind, e_lo, e_hi, e_r0)
@@ -644,7 +754,7 @@ def conv(a, x0, p0, ya, y0, y_plain, K, N, D, H, Wi, OD, OH, OW, KD, KH, KW, sd,
     CB = CBg * groups
     OCB = OCBg * groups
     T = KD * KH * KW
-    pairs = (OCBg + 1) // 2
+    pairs = (OCBg + tb - 1) // tb          # a group's pairs (or quads) of output blocks
     chunks = (P + chunk - 1) // chunk
     bias0 = p0 + OCB * CBg * T * V * V
     z0 = bias0 + OCB * V
@@ -653,8 +763,8 @@ def conv(a, x0, p0, ya, y0, y_plain, K, N, D, H, Wi, OD, OH, OW, KD, KH, KW, sd,
         ch, pr, g, n = _item(it, OD * chunks, pairs, groups, gp, N)
         od = ch // chunks
         ch -= od * chunks
-        ob0 = g * OCBg + 2 * pr
-        two = 2 * pr + 1 < OCBg
+        ob0 = g * OCBg + tb * pr
+        two = ob0 + 1 < (g + 1) * OCBg
         ob1 = ob0 + 1 if two else ob0
         p_end, oh, ow = _chunk(ch, chunk, P, OW)
         HWV = H * Wi * V
@@ -686,79 +796,89 @@ def conv(a, x0, p0, ya, y0, y_plain, K, N, D, H, Wi, OD, OH, OW, KD, KH, KW, sd,
             if live <= SLIVER:
                 # a plane's last 1-2 pixels (7x7 = 8 tiles and 1): a pixel at a time, not a
                 # whole tile's FMAs (its last tile; no later tile needs oh, ow)
-                for q in range(q0, q0 + live):
-                    s0, s1 = _pixel_pair_sums(a, x0 + (n * CB + g * CBg) * BS, p0, ob0, ob1, q // OW, q % OW, od,
-                                              D, H, Wi, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw, CBg, HWV,
-                                              BS, T, L)
-                    z = vzero(L)
-                    _put_tile(ya, y0, y_plain, n, ob0, ob1, two, od * P + q, 1, K, OD * P, OCB,
-                              vload(a, bias0 + ob0 * V, L), vload(a, bias0 + ob1 * V, L),
-                              (s0, s1, z, z, z, z, z, z, z, z, z, z), ep, ra, L)
+                for hq in range(0, tb, 2):           # a quad's two pairs one after the other
+                    oa = ob0 + hq
+                    ob = ob1 + hq
+                    for q in range(q0, q0 + live):
+                        s0, s1 = _pixel_pair_sums(a, x0 + (n * CB + g * CBg) * BS, p0, oa, ob, q // OW, q % OW, od,
+                                                  D, H, Wi, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw, CBg,
+                                                  HWV, BS, T, L)
+                        z = vzero(L)
+                        _put_tile(ya, y0, y_plain, n, oa, ob, two, od * P + q, 1, K, OD * P, OCB,
+                                  vload(a, bias0 + oa * V, L), vload(a, bias0 + ob * V, L),
+                                  (s0, s1, z, z, z, z, z, z, z, z, z, z), ep, ra, L)
                 break
             org = _origins(oh, ow, live, OW, sh, sw, ph, pw)
             oh, ow = org[12], org[13]
             org = org[:12]
             # a tile whose every tap of every pixel is inside x needs no per-tap test
             inside = _tile_inside(live, org[0], org[1], org[10], org[11], H, Wi, KH, KW, dh, dw, OW, sw, pw)
-            acc = _zeros12(L)
-            # per tap, the blocks of x innermost: the weights stream in pack's order, and the 6
-            # pixels' offsets are fixed per tap, each stepped a block at a time. (Blocks
-            # outermost reloaded spilled offsets at every (block, tap): 144 GFLOP/s on
-            # 64 -> 64 @56 against 178 this way, 2 cores AVX2; on border tiles, each tap's
-            # offsets recomputed per block cost 512 -> 512 @7, all border tiles, 20%.)
-            if inside:
-                # every tap of every pixel inside x: the offsets from the first pixel's, no test
-                d0, d1, d2, d3, d4, d5 = _pixel_offsets(org, Wi, V)
-                for kd in range(KD):
-                    idp = od * sd - pd + kd * dd
-                    if idp < 0 or idp >= D:
-                        continue
-                    for i in range(KH):
-                        for j in range(KW):
-                            xb = x0 + ((n * CB + g * CBg) * D + idp) * HWV + (i * dh * Wi + j * dw) * V
-                            tap = (kd * KH + i) * KW + j
-                            wb0 = p0 + (ob0 * T + tap) * CBg * V * V
-                            wb1 = p0 + (ob1 * T + tap) * CBg * V * V
-                            for ib in range(CBg):
-                                for ci in range(V):
-                                    acc = _fma_6x2(a, xb + d0 + ci, xb + d1 + ci, xb + d2 + ci, xb + d3 + ci,
-                                                   xb + d4 + ci, xb + d5 + ci, vload(a, wb0 + ci * V, L),
-                                                   vload(a, wb1 + ci * V, L), acc, L)
-                                xb += BS
-                                wb0 += V * V
-                                wb1 += V * V
+            if tb == QUAD:
+                acq = _quad_sums(a, x0 + (n * CB + g * CBg) * BS, p0, ob0, od, org, live, inside, D, H, Wi, KD, KH,
+                                 KW, sd, pd, dd, dh, dw, CBg, HWV, BS, T, z0, L)
             else:
-                # a border tile: per tap each pixel's offset in the group's first block and its
-                # step to the next, 0 for a tap in the padding or a pixel past the live ones (it
-                # reads the V zeros at z0 in every block)
-                for kd in range(KD):
-                    idp = od * sd - pd + kd * dd
-                    if idp < 0 or idp >= D:        # a plane of padding adds nothing
-                        continue
-                    xb = x0 + ((n * CB + g * CBg) * D + idp) * HWV
-                    for i in range(KH):
-                        for j in range(KW):
-                            o0, o1, o2, o3, o4, o5 = _offsets(xb, org, i * dh, j * dw, H, Wi, V, z0, live)
-                            if _all_padding(o0, o1, o2, o3, o4, o5, z0):
-                                continue
-                            s0, s1, s2, s3, s4, s5 = _block_steps(o0, o1, o2, o3, o4, o5, z0, BS)
-                            tap = (kd * KH + i) * KW + j
-                            wb0 = p0 + (ob0 * T + tap) * CBg * V * V
-                            wb1 = p0 + (ob1 * T + tap) * CBg * V * V
-                            for ib in range(CBg):
-                                for ci in range(V):
-                                    acc = _fma_6x2(a, o0 + ci, o1 + ci, o2 + ci, o3 + ci, o4 + ci, o5 + ci,
-                                                   vload(a, wb0 + ci * V, L), vload(a, wb1 + ci * V, L), acc, L)
-                                o0 += s0
-                                o1 += s1
-                                o2 += s2
-                                o3 += s3
-                                o4 += s4
-                                o5 += s5
-                                wb0 += V * V
-                                wb1 += V * V
-            _put_tile(ya, y0, y_plain, n, ob0, ob1, two, od * P + q0, live, K, OD * P, OCB,
-                      vload(a, bias0 + ob0 * V, L), vload(a, bias0 + ob1 * V, L), acc, ep, ra, L)
+                acc = _zeros12(L)
+                # per tap, the blocks of x innermost: the weights stream in pack's order, and the 6
+                # pixels' offsets are fixed per tap, each stepped a block at a time. (Blocks
+                # outermost reloaded spilled offsets at every (block, tap): 144 GFLOP/s on
+                # 64 -> 64 @56 against 178 this way, 2 cores AVX2; on border tiles, each tap's
+                # offsets recomputed per block cost 512 -> 512 @7, all border tiles, 20%.)
+                if inside:
+                    # every tap of every pixel inside x: the offsets from the first pixel's, no test
+                    d0, d1, d2, d3, d4, d5 = _pixel_offsets(org, Wi, V)
+                    for kd in range(KD):
+                        idp = od * sd - pd + kd * dd
+                        if idp < 0 or idp >= D:
+                            continue
+                        for i in range(KH):
+                            for j in range(KW):
+                                xb = x0 + ((n * CB + g * CBg) * D + idp) * HWV + (i * dh * Wi + j * dw) * V
+                                tap = (kd * KH + i) * KW + j
+                                wb0 = p0 + (ob0 * T + tap) * CBg * V * V
+                                wb1 = p0 + (ob1 * T + tap) * CBg * V * V
+                                for ib in range(CBg):
+                                    for ci in range(V):
+                                        acc = _fma_6x2(a, xb + d0 + ci, xb + d1 + ci, xb + d2 + ci, xb + d3 + ci,
+                                                       xb + d4 + ci, xb + d5 + ci, vload(a, wb0 + ci * V, L),
+                                                       vload(a, wb1 + ci * V, L), acc, L)
+                                    xb += BS
+                                    wb0 += V * V
+                                    wb1 += V * V
+                else:
+                    # a border tile: per tap each pixel's offset in the group's first block and its
+                    # step to the next, 0 for a tap in the padding or a pixel past the live ones (it
+                    # reads the V zeros at z0 in every block)
+                    for kd in range(KD):
+                        idp = od * sd - pd + kd * dd
+                        if idp < 0 or idp >= D:        # a plane of padding adds nothing
+                            continue
+                        xb = x0 + ((n * CB + g * CBg) * D + idp) * HWV
+                        for i in range(KH):
+                            for j in range(KW):
+                                o0, o1, o2, o3, o4, o5 = _offsets(xb, org, i * dh, j * dw, H, Wi, V, z0, live)
+                                if _all_padding(o0, o1, o2, o3, o4, o5, z0):
+                                    continue
+                                s0, s1, s2, s3, s4, s5 = _block_steps(o0, o1, o2, o3, o4, o5, z0, BS)
+                                tap = (kd * KH + i) * KW + j
+                                wb0 = p0 + (ob0 * T + tap) * CBg * V * V
+                                wb1 = p0 + (ob1 * T + tap) * CBg * V * V
+                                for ib in range(CBg):
+                                    for ci in range(V):
+                                        acc = _fma_6x2(a, o0 + ci, o1 + ci, o2 + ci, o3 + ci, o4 + ci, o5 + ci,
+                                                       vload(a, wb0 + ci * V, L), vload(a, wb1 + ci * V, L), acc, L)
+                                    o0 += s0
+                                    o1 += s1
+                                    o2 += s2
+                                    o3 += s3
+                                    o4 += s4
+                                    o5 += s5
+                                    wb0 += V * V
+                                    wb1 += V * V
+                acq = acc + acc
+            for hq in range(0, tb, 2):         # the pair, or a quad's two pairs: one store call site
+                _put_tile(ya, y0, y_plain, n, ob0 + hq, ob1 + hq, two, od * P + q0, live, K, OD * P, OCB,
+                          vload(a, bias0 + (ob0 + hq) * V, L), vload(a, bias0 + (ob1 + hq) * V, L),
+                          acq[:12] if hq == 0 else acq[12:], ep, ra, L)
             q0 += TP
 
 
