@@ -203,6 +203,29 @@ def test_nchwc_direct_quad_tiles_at_16_lanes(shapes, order, width, monkeypatch):
     assert_close(exe.run(feeds)["y"], rx.compile(g, REFERENCE).run(feeds)["y"], TOL, f"quad {xs} {width} {order}")
 
 
+@pytest.mark.parametrize("width", [16])           # the parameter puts it in the 16-lane xdist group
+@pytest.mark.parametrize("stride, algo", [(1, "nchwc_direct"), (2, "nchwc_subpixel")])
+def test_transposed_convs_to_64_channels_run_quads_at_16_lanes(stride, algo, width):
+    """A transposed conv runs as forward convs of nchwc.conv (stride 1 whole, stride 2 per
+    subpixel phase): to 64 channels at 16 lanes those take 6 x 4 tiles too. Against the
+    reference kernels, with a bias and an odd plane."""
+    from rlxpy.cpu_kernels import nchwc
+    rng = np.random.default_rng(79)
+    g = rx.Graph()
+    x = g.input("x", (2, 32, 7, 9))
+    y = g.conv_transpose2d(x, g.param("w", rand(rng, 32, 64, 3, 3)), bias=g.param("b", rand(rng, 64)),
+                           stride=stride, padding=1, name="t")
+    g.output("y", y)
+    exe = rx.compile(g, rx.Config(simd_width=width, conv_algo=algo))
+    th = main_thunk(exe)
+    assert th.algo == algo, exe.explain()
+    fwd = nchwc.as_forward(th.record)[0] if stride == 1 else None
+    if fwd is not None:
+        assert nchwc.tile_blocks(fwd, width) == 4 and "6 pixels x 4 blocks" in th.why, th.why
+    feeds = {"x": rand(rng, 2, 32, 7, 9)}
+    assert_close(exe.run(feeds)["y"], rx.compile(g, REFERENCE).run(feeds)["y"], TOL, f"transposed s{stride}")
+
+
 def _why_not_1x1(case):
     """Why nchwc_1x1 can't run a case, restated from its fields (None: it can)."""
     (_, x), (_, w) = case.inputs[0], case.params[0]
