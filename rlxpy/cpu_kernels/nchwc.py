@@ -11,8 +11,9 @@ and per input channel 2 vector loads of weights and 6 broadcasts of x (15 of AVX
 registers). At 16 lanes (AVX-512's 32 registers) a group whose output blocks come in fours
 runs 6 pixels x 4 blocks: 24 accumulators, 4 weight vectors and 6 broadcasts for 24 FMAs
 (the shape of MLAS's AVX-512 kernel; tile_blocks). Pixels run along the flattened output
-plane, so a tile may span two rows and a 7x7 plane wastes no more than one tile. A pixel whose tap falls in the
-padding reads from V zeros kept after the packed weights: the inner loop has no branch.
+plane, so a tile may span two rows and a 7x7 plane wastes no more than one tile. A pixel
+whose tap falls in the padding reads from V zeros kept after the packed weights: the inner
+loop has no branch.
 
 The kernels take the arena as one flat float32 array and offsets in floats; the vector
 intrinsics index it without numba's wraparound of negative indices.
