@@ -1305,6 +1305,39 @@ def test_nchwc_1x1_last_three_blocks_in_4x3_tiles(width, blocks, stride):
 
 
 @pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("plane", [(7, 7), (2, 7), (1, 13), (4, 2)])
+def test_nchwc_1x1_plane_ending_in_one_or_two_pixels(monkeypatch, width, plane):
+    """A plane of 6 t + 1 or 6 t + 2 pixels (7x7: 8 tiles and 1) ends in pixels computed one
+    at a time after the tiles: an even count of blocks, an odd one (a lone block), an odd
+    one of at least 3 (the 4 x 3 tiles take the last three), stride 1 and 2, output pairs
+    split over work items (a weight budget of one pair) so the plane's end is one item's,
+    written plain as a graph output and blocked with a residual add + relu in the store."""
+    from rlxpy.cpu_kernels import nchwc_1x1
+    monkeypatch.setattr(nchwc_1x1, "WEIGHT_BYTES", 1)
+    rng = np.random.default_rng(71 + plane[0] * plane[1])
+    cin = 2 * width + 3
+    for blocks, stride in ((2, 1), (1, 2), (5, 1)):
+        k = blocks * width - (1 if width > 1 and blocks % 2 else 0)
+        g = rx.Graph()
+        x = g.input("x", (2, cin, plane[0] * stride - (stride - 1), plane[1] * stride))
+        w = g.param("w", rand(rng, k, cin, 1, 1))
+        b = g.param("b", rand(rng, k))
+        g.output("plain", g.conv(x, w, bias=b, stride=stride, name="plain"))
+        fused = g.conv(x, w, bias=b, stride=stride, name="fused")
+        assert tuple(fused.shape[2:]) == plane
+        r = g.input("r", tuple(fused.shape))
+        g.output("y", g.relu(g.add(fused, r)))
+        exe = rx.compile(g, rx.Config(conv_algo="nchwc_1x1", simd_width=width))
+        th = {t.node.split("+")[0]: t for t in exe.thunks if t.algo != "reorder"}
+        assert th["plain"].algo == th["fused"].algo == "nchwc_1x1", exe.explain()
+        assert "residual add + relu" in th["fused"].why
+        feeds = {"x": rand(rng, *x.shape), "r": rand(rng, *fused.shape)}
+        got, want = exe.run(feeds), rx.compile(g, REFERENCE).run(feeds)
+        for name in ("plain", "y"):
+            assert_close(got[name], want[name], TOL, f"sliver {name} {width} {plane} {blocks} {stride}")
+
+
+@pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("blocks, stride, groups", [(1, 1, 1), (3, 1, 1), (1, 2, 1), (3, 2, 2)])
 def test_a_lone_output_block_runs_in_12_pixel_tiles(width, blocks, stride, groups):
     """A group whose output blocks end on one with no partner (1 or 3 blocks) runs it 12

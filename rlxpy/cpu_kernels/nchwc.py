@@ -823,7 +823,10 @@ def conv(a, x0, p0, ya, y0, y_plain, K, N, D, H, Wi, OD, OH, OW, KD, KH, KW, sd,
                 # pixels' offsets are fixed per tap, each stepped a block at a time. (Blocks
                 # outermost reloaded spilled offsets at every (block, tap): 144 GFLOP/s on
                 # 64 -> 64 @56 against 178 this way, 2 cores AVX2; on border tiles, each tap's
-                # offsets recomputed per block cost 512 -> 512 @7, all border tiles, 20%.)
+                # offsets recomputed per block cost 512 -> 512 @7, all border tiles, 20%.) Inside
+                # and border tiles keep a loop each: one loop for both, in _quad_sums' form (6
+                # offsets and 6 steps per tap), ran the pair tiles slower in one arena: ResNet-18
+                # at 8 lanes 1.8%, the UNet at 16 (pairs and lone blocks) 2.9%, convs up to 12%.
                 if inside:
                     # every tap of every pixel inside x: the offsets from the first pixel's, no test
                     d0, d1, d2, d3, d4, d5 = _pixel_offsets(org, Wi, V)
