@@ -401,6 +401,16 @@ def _put_tile(ya, y0, y_plain, n, ob0, ob1, two, q0, live, K, P, OCB, bv0, bv1, 
 
 
 @inlined
+def _put_pixel_pair(a, ya, y0, y_plain, n, ob0, ob1, two, q, K, P, OCB, bias0, s0, s1, ep, ra, L):
+    """One pixel's sums through an output pair (_pixel_pair_sums), + bias, stored as a tile
+    of one live pixel."""
+    V = nlanes(L)
+    z = vzero(L)
+    _put_tile(ya, y0, y_plain, n, ob0, ob1, two, q, 1, K, P, OCB, vload(a, bias0 + ob0 * V, L),
+              vload(a, bias0 + ob1 * V, L), (s0, s1, z, z, z, z, z, z, z, z, z, z), ep, ra, L)
+
+
+@inlined
 def _put_block(ya, y0, y_plain, n, cb, CB, C, P, q0, live, r0, r1, r2, r3, r4, r5, ep, ra, L):
     """The live ones of 6 pixels (from q0) of channel block cb: vector stores into blocked y
     [N, CB, P, V] (after the epilogue ep, residual from ra: no_ep() for none), or into plain
@@ -804,10 +814,8 @@ def conv(a, x0, p0, ya, y0, y_plain, K, N, D, H, Wi, OD, OH, OW, KD, KH, KW, sd,
                         s0, s1 = _pixel_pair_sums(a, x0 + (n * CB + g * CBg) * BS, p0, oa, ob, q // OW, q % OW, od,
                                                   D, H, Wi, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw, CBg,
                                                   HWV, BS, T, L)
-                        z = vzero(L)
-                        _put_tile(ya, y0, y_plain, n, oa, ob, two, od * P + q, 1, K, OD * P, OCB,
-                                  vload(a, bias0 + oa * V, L), vload(a, bias0 + ob * V, L),
-                                  (s0, s1, z, z, z, z, z, z, z, z, z, z), ep, ra, L)
+                        _put_pixel_pair(a, ya, y0, y_plain, n, oa, ob, two, od * P + q, K, OD * P, OCB, bias0, s0,
+                                        s1, ep, ra, L)
                 break
             org = _origins(oh, ow, live, OW, sh, sw, ph, pw)
             oh, ow = org[12], org[13]

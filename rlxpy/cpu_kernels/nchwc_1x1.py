@@ -21,8 +21,8 @@ from math import ceil
 from numba import prange
 
 from .jit import inlined, parallel_kernel
-from .nchwc import (SLIVER, TP, _fma_6x2, _origins, _pixel_offsets, _pixel_pair_sums, _put_block, _put_tile,
-                    _zeros12, group_blocks)
+from .nchwc import (SLIVER, TP, _fma_6x2, _origins, _pixel_offsets, _pixel_pair_sums, _put_block, _put_pixel_pair,
+                    _put_tile, _zeros12, group_blocks)
 from .simd import nlanes, vadd, vbcast, vfma, vload, vzero
 
 # The packed weights of one item's group of output pairs: about a quarter of a 512 KiB L2,
@@ -262,17 +262,16 @@ def conv1x1(a, x0, p0, ya, y0, y_plain, K, N, H, Wi, OH, OW, sh, sw, CB, OCB, ch
                 for pr in range(pr0, pr0 + npr):
                     _tile(a, xn, p0, ya, y0, y_plain, n, pr, q1 + t * TP, q1, chunk, K, P, HW, OW, Wi, sh, sw,
                           CB, OCB, bias0, contiguous, ep, ra, L)
-        for pr in range(pr0, pr0 + npr if sliver else pr0):
-            ob0 = 2 * pr
-            two = ob0 + 1 < OCB
-            ob1 = ob0 + 1 if two else ob0
-            for q in range(q_end - sliver, q_end):
-                oh = q // OW
-                s0, s1 = _pixel_pair_sums(a, xn, p0, ob0, ob1, oh, q - oh * OW, 0, 1, H, Wi, OW, 1, 1, 1, 1, sh, sw, 0,
-                                          0, 0, 1, 1, 1, CB, HW * V, HW * V, 1, L)
-                z = vzero(L)
-                _put_tile(ya, y0, y_plain, n, ob0, ob1, two, q, 1, K, P, OCB, vload(a, bias0 + ob0 * V, L),
-                          vload(a, bias0 + ob1 * V, L), (s0, s1, z, z, z, z, z, z, z, z, z, z), ep, ra, L)
+        if sliver:
+            for pr in range(pr0, pr0 + npr):
+                ob0 = 2 * pr
+                two = ob0 + 1 < OCB
+                ob1 = ob0 + 1 if two else ob0
+                for q in range(q_end - sliver, q_end):
+                    oh = q // OW
+                    s0, s1 = _pixel_pair_sums(a, xn, p0, ob0, ob1, oh, q - oh * OW, 0, 1, H, Wi, OW, 1, 1, 1, 1, sh, sw,
+                                              0, 0, 0, 1, 1, 1, CB, HW * V, HW * V, 1, L)
+                    _put_pixel_pair(a, ya, y0, y_plain, n, ob0, ob1, two, q, K, P, OCB, bias0, s0, s1, ep, ra, L)
         if triple:
             for q in range(q1, q_end, 4):
                 _triple(a, xn, p0, ya, y0, y_plain, n, q, min(4, q_end - q), K, P, HW, OW, Wi, sh, sw, CB, OCB,
