@@ -2,11 +2,13 @@
 every conv case of the table against the reference kernels at every SIMD width (16, 8 and
 1 lanes on any host: see _every_width), the layout plan (where reorders go, and where none are needed), channels padded
 inside the layout and never seen, and weights that change between runs."""
+import itertools
+
 import numpy as np
 import pytest
 
 import rlxpy as rx
-from rlxpy.cpu_kernels import simd
+from rlxpy.cpu_kernels import nchwc, simd
 from rlxpy.testing import _axes, cases
 from rlxpy.thunks.layout import PLAIN, blocked, lanes_of, stored_bytes, stored_shape
 
@@ -1362,7 +1364,11 @@ def test_a_lone_output_block_runs_in_12_pixel_tiles(width, blocks, stride, group
     exe = rx.compile(g, rx.Config(simd_width=width), algos={"direct": "nchwc_direct", "stem": "nchwc_plain_in"})
     th = {t.node.split("+")[0]: t for t in exe.thunks if t.algo != "reorder"}
     assert th["direct"].algo == "nchwc_direct"
-    assert "the lone last block in 12 pixels x 1 block tiles" in th["direct"].why
+    if blocks == 1:      # every work item a lone block: the kernel of that tile alone
+        assert "kernel conv_lone: 12 pixels x 1 block" in th["direct"].why, th["direct"].why
+    else:
+        assert "kernel conv: " in th["direct"].why
+        assert "the lone last block in 12 pixels x 1 block tiles" in th["direct"].why
     assert "residual add + relu" in th["direct"].why
     assert th["stem"].algo == "nchwc_plain_in" and "12 pixels of a row x its one block" in th["stem"].why
     feeds = {"x": rand(rng, *x.shape), "r": rand(rng, *fused.shape), "xs": rand(rng, 1, 3, 11, 41)}
@@ -1371,12 +1377,17 @@ def test_a_lone_output_block_runs_in_12_pixel_tiles(width, blocks, stride, group
         assert_close(got[name], want[name], TOL, f"lone block {name} {width} {blocks} {stride} {groups}")
 
 
-@pytest.mark.parametrize("hw, k, claimed", [(64, 16, True), (7, 16, False), (64, 32, False), (64, 48, True)])
-def test_explain_claims_the_lone_block_tiles_only_where_they_run(hw, k, claimed):
-    """A lone last block runs 12-pixel tiles only where a work item's pixels hold more than a
-    tile and a sliver (a 7x7 plane at batch 1 splits into 6-pixel items) and the count of
-    blocks is odd; the plain-input kernel wherever the output is one block (every pixel of a
-    row runs in tiles over its zero-padded slab, however short the row)."""
+@pytest.mark.parametrize("hw, k, kernel, claimed", [(64, 16, "conv_lone", False), (7, 16, "conv_lone", False),
+                                                  (64, 32, "conv_pairs", False), (64, 48, "conv", True),
+                                                  (4, 48, "conv", False), (64, 64, "conv", False)])
+def test_explain_names_the_conv_kernel_and_its_tiles(hw, k, kernel, claimed):
+    """explain() names the kernel that runs and its tiles: one output block (16 channels at
+    16 lanes) conv_lone's 12 x 1 tiles at any plane size; pairs alone conv_pairs; quads
+    and a lone last block among pairs conv, the lone block's 12-pixel tiles claimed only
+    where a work item's pixels hold more than a tile and a sliver (a 4x4 plane at batch 1
+    splits into 6-pixel items). The plain-input kernel's rows of 12 wherever the output is
+    one block (every pixel of a row runs in tiles over its zero-padded slab, however short
+    the row)."""
     g = rx.Graph()
     x = g.input("x", (1, 16, hw, hw))
     g.output("y", g.conv(x, g.param("w", np.zeros((k, 16, 3, 3), np.float32)), padding=1, name="c"))
@@ -1384,5 +1395,45 @@ def test_explain_claims_the_lone_block_tiles_only_where_they_run(hw, k, claimed)
     g.output("s", g.conv(xs, g.param("ws", np.zeros((k, 3, 3, 3), np.float32)), padding=1, name="s"))
     exe = rx.compile(g, rx.Config(simd_width=16), algos={"c": "nchwc_direct", "s": "nchwc_plain_in"})
     th = {t.node: t for t in exe.thunks}
+    assert f"kernel {kernel}: " in th["c"].why, th["c"].why
+    assert nchwc.kernel_for(th["c"].record.geometry.lifted(3), 16).__name__ == kernel
     assert ("lone last block in 12 pixels" in th["c"].why) == claimed, th["c"].why
     assert ("12 pixels of a row" in th["s"].why) == (k == 16), th["s"].why
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("form", ["conv_lone", "conv_pairs"])
+def test_one_form_kernels_end_their_runs_on_every_length(width, form):
+    """conv_lone (one output block a group: 12 x 1 steps) and conv_pairs (pairs alone) end
+    a work item's run of pixels on a short step: over planes 5 x 1 .. 7 x 14 at batch 1 and
+    2, stride 1 and 2, the last step of a run takes every length from 1 to 12 pixels
+    (conv_lone) or 1 to 6 (conv_pairs), against the reference kernels, with a fused residual
+    add + relu and a plain graph output, at every width. (One thread: the runs a plane
+    splits into depend on the threads planned for.)"""
+    rng = np.random.default_rng(5)
+    cout = width if form == "conv_lone" else 2 * width
+    step = 2 * 6 if form == "conv_lone" else 6
+    last_steps = set()
+    for oh, ow, n in itertools.product((5, 7), range(1, 15), (1, 2)):
+        stride = 1 + ow % 2
+        g = rx.Graph()
+        x = g.input("x", (n, width + 1, oh * stride, ow * stride))
+        c = g.conv(x, g.param("w", rand(rng, cout, width + 1, 3, 3)), bias=g.param("b", rand(rng, cout)),
+                   stride=stride, padding=1, name="c")
+        r = g.input("r", tuple(c.shape))
+        g.output("y", g.relu(g.add(c, r)))
+        g.output("plain", g.conv(x, g.param("w2", rand(rng, cout, width + 1, 3, 3)), stride=stride, padding=(0, 1),
+                                 name="p"))
+        exe = rx.compile(g, rx.Config(simd_width=width, num_threads=1),
+                         algos={"c": "nchwc_direct", "p": "nchwc_direct"})
+        th = {t.node.split("+")[0]: t for t in exe.thunks if t.algo != "reorder"}
+        for name in ("c", "p"):
+            assert th[name].algo == "nchwc_direct" and f"kernel {form}: " in th[name].why, th[name].why
+            plane = int(np.prod(th[name].record.geometry.y_shape[2:]))
+            chunk = th[name].tiling.tile
+            last_steps |= {min(chunk, plane - start) % step or step for start in range(0, plane, chunk)}
+        feeds = {"x": rand(rng, *x.shape), "r": rand(rng, *c.shape)}
+        got, want = exe.run(feeds), rx.compile(g, REFERENCE).run(feeds)
+        for name in ("y", "plain"):
+            assert_close(got[name], want[name], TOL, f"{form} {name} {width} {oh}x{ow} {n} {stride}")
+    assert last_steps == set(range(1, step + 1)), sorted(last_steps)

@@ -104,9 +104,14 @@ def nchwc_choice(g: ConvGeometry, ctx: ChoiceContext, why: str, passed=(), roles
     blocks = nchwc.tile_blocks(g, lanes)
     unit = "pair" if blocks == 2 else "quad"
     images = f", each {unit} through the batch's images" if nchwc.pair_major(g, lanes) else ""
-    lone = ", the lone last block in 12 pixels x 1 block tiles" if nchwc.lone_block_tiles(g, lanes, chunk) else ""
-    return _capped(Choice("nchwc_direct", f"{why} (NCHW{lanes}c, 6 pixels x {blocks} blocks of {lanes} channels a "
-                                          f"tile{lone}, {split} split over the threads{images}){_then(passed)}",
+    kernel = nchwc.kernel_for(g, lanes)
+    if kernel is nchwc.conv_lone:
+        tiles = f"12 pixels x 1 block of {lanes} channels a tile"
+    else:
+        lone = ", the lone last block in 12 pixels x 1 block tiles" if nchwc.lone_block_tiles(g, lanes, chunk) else ""
+        tiles = f"6 pixels x {blocks} blocks of {lanes} channels a tile{lone}"
+    return _capped(Choice("nchwc_direct", f"{why} (NCHW{lanes}c, kernel {kernel.__name__}: {tiles}, {split} split "
+                                          f"over the threads{images}){_then(passed)}",
                           0, 4 * nchwc.packed_floats(g.lifted(2), lanes),
                           Tiling(tile=chunk, k_blocks=nchwc.pair_group(g, lanes), lanes=lanes),
                           ((roles[0], blocked(lanes)), (roles[1], blocked(lanes))), plain_ok=(roles[1],)))

@@ -319,7 +319,7 @@ def conv_nchwc_direct(t, arena):
     args = (arena, t.off("x") // 4, t.persistent_off // 4, *_y_args(t, arena), g.y_shape[1], g.x_shape[0],
             *_geometry_args(g), g.groups, *nchwc.group_blocks(g, lanes), t.tiling.tile, t.tiling.k_blocks,
             nchwc.tile_blocks(g, lanes), _epi_args(t, arena), simd.lanes(lanes))
-    return with_weights(nchwc.conv, args, t, nchwc.pack, _nchwc_pack_args(t, arena))
+    return with_weights(nchwc.kernel_for(g, lanes), args, t, nchwc.pack, _nchwc_pack_args(t, arena))
 
 
 @prepares(R.Conv2D, "nchwc_1x1")
@@ -495,7 +495,7 @@ def _transposed_nchwc(t, arena):
             g.x_shape[0], *_geometry_args(g), g.groups, *nchwc.group_blocks(g, lanes), t.tiling.tile,
             t.tiling.k_blocks, nchwc.tile_blocks(g, lanes), nchwc.no_epilogue_args(arena), simd.lanes(lanes))
     pack = (w, bias, arena, t.persistent_off // 4, g.groups, *nchwc.group_blocks(g, lanes), simd.lanes(lanes))
-    return args, pack
+    return args, pack, nchwc.kernel_for(g, lanes)
 
 
 def _pack_transposed(pack):
@@ -515,8 +515,8 @@ def transposed_nchwc_prepare(t, arena):
 @runs(R.ConvTranspose2d, "nchwc_direct")
 @runs(R.ConvTranspose3d, "nchwc_direct")
 def transposed_nchwc(t, arena):
-    args, pack = _transposed_nchwc(t, arena)
-    return with_weights(nchwc.conv, args, t, _pack_transposed, (pack,))
+    args, pack, kernel = _transposed_nchwc(t, arena)
+    return with_weights(kernel, args, t, _pack_transposed, (pack,))
 
 
 def _subpixel(t, arena):
@@ -539,7 +539,7 @@ def _subpixel(t, arena):
         lift = 3 - len(ph.first)
         move = (arena, t.scratch_off // 4, t.off(out_role) // 4, g3.x_shape[0], ocbg * g3.groups, *g3.y_shape[2:],
                 *out_sp, *((0,) * lift + ph.first), *((1,) * lift + ph.step), simd.lanes(lanes))
-        calls.append((conv, move))
+        calls.append((nchwc.kernel_for(g3, lanes), conv, move))
         sizes.append(nchwc.packed_floats(g3, lanes))
         p0 += sizes[-1]
     cbg, ocbg = nchwc.group_blocks(phases[0].geometry, lanes)
@@ -588,8 +588,8 @@ def transposed_subpixel(t, arena):
                                               bound_call(subpixel.scatter_patches, move)]
     else:
         calls, packing = _subpixel(t, arena)
-        pack, steps = subpixel.pack_phases, [bound_call(k, args) for conv, move in calls
-                                             for k, args in ((nchwc.conv, conv), (subpixel.scatter, move))]
+        pack, steps = subpixel.pack_phases, [bound_call(k, args) for kernel, conv, move in calls
+                                             for k, args in ((kernel, conv), (subpixel.scatter, move))]
     every_run = packs_every_run(t)
 
     def run():

@@ -592,12 +592,12 @@ def _fma_12x1(a, o0, o1, o2, o3, o4, o5, o6, o7, o8, o9, o10, o11, w, acc, L):
 
 
 @inlined
-def _lone_block_sums(a, xg, p0, ob0, od, org, orb, live_b, inside, D, H, Wi, KD, KH, KW, sd, pd, dd, dh, dw,
-                     CBg, HWV, BS, T, z0, L):
-    """Two tiles' sums (12 pixels: org's 6, then orb's live_b) through one output block, x's
-    group at xg: a group with an odd count of output blocks ends on a block with no partner,
-    where a 6 x 2 tile would compute it twice (UNet's 16-channel convs at 16 lanes ran at
-    half the FMA rate). inside: every tap of all 12 pixels is inside x."""
+def _lone_block_sums(a, xg, p0, ob0, od, org, orb, live_a, live_b, inside, D, H, Wi, KD, KH, KW, sd, pd, dd, dh,
+                     dw, CBg, HWV, BS, T, z0, L):
+    """Two tiles' sums (12 pixels: org's live_a, then orb's live_b) through one output
+    block, x's group at xg: a group with an odd count of output blocks ends on a block with
+    no partner, where a 6 x 2 tile would compute it twice (UNet's 16-channel convs at 16
+    lanes ran at half the FMA rate). inside: every tap of all 12 pixels is inside x."""
     V = nlanes(L)
     acc = _zeros12(L)
     if inside:
@@ -627,7 +627,7 @@ def _lone_block_sums(a, xg, p0, ob0, od, org, orb, live_b, inside, D, H, Wi, KD,
         xb = xg + idp * HWV
         for i in range(KH):
             for j in range(KW):
-                o0, o1, o2, o3, o4, o5 = _offsets(xb, org, i * dh, j * dw, H, Wi, V, z0, TP)
+                o0, o1, o2, o3, o4, o5 = _offsets(xb, org, i * dh, j * dw, H, Wi, V, z0, live_a)
                 o6, o7, o8, o9, o10, o11 = _offsets(xb, orb, i * dh, j * dw, H, Wi, V, z0, live_b)
                 if _all_padding(o0, o1, o2, o3, o4, o5, z0) and _all_padding(o6, o7, o8, o9, o10, o11, z0):
                     continue
@@ -746,6 +746,146 @@ def _quad_sums(a, xg, p0, ob0, od, org, live, inside, D, H, Wi, KD, KH, KW, sd, 
     return acc
 
 
+@inlined
+def _pair_sums(a, xg, p0, ob0, ob1, od, org, live, inside, D, H, Wi, KD, KH, KW, sd, pd, dd, dh, dw, CBg, HWV, BS,
+               T, z0, L):
+    """A 6 x 2 tile's sums through output blocks ob0 and ob1 (x's group at xg). Per tap, the
+    blocks of x innermost: the weights stream in pack's order, and the 6 pixels' offsets are
+    fixed per tap, each stepped a block at a time. (Blocks outermost reloaded spilled offsets
+    at every (block, tap): 144 GFLOP/s on 64 -> 64 @56 against 178 this way, 2 cores AVX2;
+    on border tiles, each tap's offsets recomputed per block cost 512 -> 512 @7, all border
+    tiles, 20%.) Inside and border tiles keep a loop each: one loop for both, in _quad_sums'
+    form (6 offsets and 6 steps per tap), ran the pair tiles slower in one arena: ResNet-18
+    at 8 lanes 1.8%, the UNet at 16 (pairs and lone blocks) 2.9%, convs up to 12%."""
+    V = nlanes(L)
+    acc = _zeros12(L)
+    if inside:
+        # every tap of every pixel inside x: the offsets from the first pixel's, no test
+        d0, d1, d2, d3, d4, d5 = _pixel_offsets(org, Wi, V)
+        for kd in range(KD):
+            idp = od * sd - pd + kd * dd
+            if idp < 0 or idp >= D:
+                continue
+            for i in range(KH):
+                for j in range(KW):
+                    xb = xg + idp * HWV + (i * dh * Wi + j * dw) * V
+                    tap = (kd * KH + i) * KW + j
+                    wb0 = p0 + (ob0 * T + tap) * CBg * V * V
+                    wb1 = p0 + (ob1 * T + tap) * CBg * V * V
+                    for ib in range(CBg):
+                        for ci in range(V):
+                            acc = _fma_6x2(a, xb + d0 + ci, xb + d1 + ci, xb + d2 + ci, xb + d3 + ci,
+                                           xb + d4 + ci, xb + d5 + ci, vload(a, wb0 + ci * V, L),
+                                           vload(a, wb1 + ci * V, L), acc, L)
+                        xb += BS
+                        wb0 += V * V
+                        wb1 += V * V
+        return acc
+    # a border tile: per tap each pixel's offset in the group's first block and its step to
+    # the next, 0 for a tap in the padding or a pixel past the live ones (it reads the V
+    # zeros at z0 in every block)
+    for kd in range(KD):
+        idp = od * sd - pd + kd * dd
+        if idp < 0 or idp >= D:        # a plane of padding adds nothing
+            continue
+        xb = xg + idp * HWV
+        for i in range(KH):
+            for j in range(KW):
+                o0, o1, o2, o3, o4, o5 = _offsets(xb, org, i * dh, j * dw, H, Wi, V, z0, live)
+                if _all_padding(o0, o1, o2, o3, o4, o5, z0):
+                    continue
+                s0, s1, s2, s3, s4, s5 = _block_steps(o0, o1, o2, o3, o4, o5, z0, BS)
+                tap = (kd * KH + i) * KW + j
+                wb0 = p0 + (ob0 * T + tap) * CBg * V * V
+                wb1 = p0 + (ob1 * T + tap) * CBg * V * V
+                for ib in range(CBg):
+                    for ci in range(V):
+                        acc = _fma_6x2(a, o0 + ci, o1 + ci, o2 + ci, o3 + ci, o4 + ci, o5 + ci,
+                                       vload(a, wb0 + ci * V, L), vload(a, wb1 + ci * V, L), acc, L)
+                    o0 += s0
+                    o1 += s1
+                    o2 += s2
+                    o3 += s3
+                    o4 += s4
+                    o5 += s5
+                    wb0 += V * V
+                    wb1 += V * V
+    return acc
+
+
+@inlined
+def _work_item(it, OD, chunks, pairs, groups, gp, N, OCBg, tb, chunk, P, OW):
+    """A work item of conv's prange: its image, group, output depth, first output block and
+    its partner (ob1 = ob0 when there is none: two is False), its run of pixels [q0, p_end)
+    of the plane and the first one's (oh, ow)."""
+    ch, pr, g, n = _item(it, OD * chunks, pairs, groups, gp, N)
+    od = ch // chunks
+    ch -= od * chunks
+    ob0 = g * OCBg + tb * pr
+    two = ob0 + 1 < (g + 1) * OCBg
+    ob1 = ob0 + 1 if two else ob0
+    p_end, oh, ow = _chunk(ch, chunk, P, OW)
+    return n, g, od, ob0, ob1, two, ch * chunk, p_end, oh, ow
+
+
+@inlined
+def _lone_step(a, xg, p0, ya, y0, y_plain, n, ob0, od, oh, ow, q0, live_a, live_b, K, OCB, P, OD, geo, blk, ep, ra,
+               L):
+    """A lone output block's 12 pixels from q0 (live_a of the first 6 live, live_b of the
+    next; live_b <= 0: the first 6 computed twice and stored once), + bias, stored. Returns
+    the (oh, ow) after them. geo: (D, H, Wi, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh,
+    dw) and blk: (CBg, HWV, BS, T, bias0, z0), in tuples so a call passes fewer than 30
+    arguments: past that CPython calls f(*args), which numba does not inline."""
+    V = nlanes(L)
+    D, H, Wi, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw = geo
+    CBg, HWV, BS, T, bias0, z0 = blk
+    org = _origins(oh, ow, live_a, OW, sh, sw, ph, pw)
+    if live_b > 0:
+        orb = _origins(org[12], org[13], live_b, OW, sh, sw, ph, pw)
+        lb = live_b
+    else:
+        orb = org
+        lb = live_a
+    oh, ow = orb[12], orb[13]
+    org = org[:12]
+    orb = orb[:12]
+    inside = (_tile_inside(live_a, org[0], org[1], org[10], org[11], H, Wi, KH, KW, dh, dw, OW, sw, pw)
+              and _tile_inside(lb, orb[0], orb[1], orb[10], orb[11], H, Wi, KH, KW, dh, dw, OW, sw, pw))
+    acc = _lone_block_sums(a, xg, p0, ob0, od, org, orb, live_a, lb, inside, D, H, Wi, KD, KH, KW, sd, pd, dd, dh, dw,
+                           CBg, HWV, BS, T, z0, L)
+    bv = vload(a, bias0 + ob0 * V, L)
+    a00, a01, a10, a11, a20, a21, a30, a31, a40, a41, a50, a51 = acc
+    _put_block(ya, y0, y_plain, n, ob0, OCB, K, OD * P, od * P + q0, live_a, vadd(a00, bv), vadd(a10, bv),
+               vadd(a20, bv), vadd(a30, bv), vadd(a40, bv), vadd(a50, bv), ep, ra, L)
+    if live_b > 0:
+        _put_block(ya, y0, y_plain, n, ob0, OCB, K, OD * P, od * P + q0 + TP, live_b, vadd(a01, bv), vadd(a11, bv),
+                   vadd(a21, bv), vadd(a31, bv), vadd(a41, bv), vadd(a51, bv), ep, ra, L)
+    return oh, ow
+
+
+@inlined
+def _plane_end_pixels(a, xg, p0, ya, y0, y_plain, n, ob0, ob1, two, od, q0, live, tb, K, OCB, P, OD, geo, blk, ep,
+                      ra, L):
+    """A plane's last 1-2 pixels (7x7 = 8 tiles and 1), a pixel at a time, not a whole
+    tile's FMAs, through the pair (or a quad's two pairs one after the other)."""
+    D, H, Wi, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw = geo
+    CBg, HWV, BS, T, bias0, z0 = blk
+    for hq in range(0, tb, 2):
+        oa = ob0 + hq
+        ob = ob1 + hq
+        for q in range(q0, q0 + live):
+            s0, s1 = _pixel_pair_sums(a, xg, p0, oa, ob, q // OW, q % OW, od, D, H, Wi, OW, KD, KH, KW, sd, sh, sw,
+                                      pd, ph, pw, dd, dh, dw, CBg, HWV, BS, T, L)
+            _put_pixel_pair(a, ya, y0, y_plain, n, oa, ob, two, od * P + q, K, OD * P, OCB, bias0, s0, s1, ep, ra, L)
+
+
+# conv's work items take one of three tile forms: 6 pixels x 2 output blocks (a pair), 6 x 4
+# (a quad, tile_blocks) and, for a group's last block when it has no partner, 12 x 1 (a lone
+# block). Where a conv's items all take one form, conv_pairs or conv_lone run it: the same
+# tiles in a kernel without the other forms' code, which LLVM schedules and allocates better.
+# On this Zen4 (one kernel called directly, batch 8, 2 cores): 16 -> 16 @64 (lone) 0.94 ->
+# 0.83 ms, 32 -> 32 @32 (pairs) 0.79 -> 0.73. A quad-only kernel was no faster (8.5 ms
+# against 8.7 on 64 -> 64 @56), so quads stay in conv with the mixed forms.
 @parallel_kernel
 def conv(a, x0, p0, ya, y0, y_plain, K, N, D, H, Wi, OD, OH, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw,
          groups, CBg, OCBg, chunk, gp, tb, epi, L):
@@ -755,7 +895,7 @@ def conv(a, x0, p0, ya, y0, y_plain, K, N, D, H, Wi, OD, OH, OW, KD, KH, KW, sd,
     its depth taps of 2-D convs of input planes. Work items: (image, group, pair of output
     blocks (tb = 4: a quad, tile_blocks), output plane, chunk of pixels), ordered as _item
     says with gp (1, all of a group's pairs or quads, or 0: pair_group); a plane's last tile
-    of 1-2 pixels a pixel at a time (_pixel_pair_sums: ResNet-18's 512 -> 512 @7, 8 tiles
+    of 1-2 pixels a pixel at a time (_plane_end_pixels: ResNet-18's 512 -> 512 @7, 8 tiles
     and 1 pixel, 1.29 -> 1.18 ms at batch 1). epi: the fused epilogue (_epi,
     epilogue_args)."""
     V = nlanes(L)
@@ -769,53 +909,26 @@ def conv(a, x0, p0, ya, y0, y_plain, K, N, D, H, Wi, OD, OH, OW, KD, KH, KW, sd,
     chunks = (P + chunk - 1) // chunk
     bias0 = p0 + OCB * CBg * T * V * V
     z0 = bias0 + OCB * V
+    geo = (D, H, Wi, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw)
     for it in prange(N * groups * pairs * OD * chunks):
         V = nlanes(L)          # again inside the loop body: numba outlines it, and V must stay a constant
-        ch, pr, g, n = _item(it, OD * chunks, pairs, groups, gp, N)
-        od = ch // chunks
-        ch -= od * chunks
-        ob0 = g * OCBg + tb * pr
-        two = ob0 + 1 < (g + 1) * OCBg
-        ob1 = ob0 + 1 if two else ob0
-        p_end, oh, ow = _chunk(ch, chunk, P, OW)
+        n, g, od, ob0, ob1, two, q0, p_end, oh, ow = _work_item(it, OD, chunks, pairs, groups, gp, N, OCBg, tb, chunk,
+                                                                P, OW)
         HWV = H * Wi * V
         BS = D * HWV                # one block of x
-        q0 = ch * chunk
+        xg = x0 + (n * CB + g * CBg) * BS
+        blk = (CBg, HWV, BS, T, bias0, z0)
         while q0 < p_end:
             live = min(TP, p_end - q0)
             if not two and live == TP and p_end - q0 > TP + SLIVER:
                 # a lone block: 12 pixels (two tiles) a step, each weight vector loaded once
-                live_b = min(TP, p_end - q0 - TP)
-                org = _origins(oh, ow, TP, OW, sh, sw, ph, pw)
-                orb = _origins(org[12], org[13], live_b, OW, sh, sw, ph, pw)
-                oh, ow = orb[12], orb[13]
-                org = org[:12]
-                orb = orb[:12]
-                inside = (_tile_inside(TP, org[0], org[1], org[10], org[11], H, Wi, KH, KW, dh, dw, OW, sw, pw)
-                          and _tile_inside(live_b, orb[0], orb[1], orb[10], orb[11], H, Wi, KH, KW, dh, dw, OW,
-                                           sw, pw))
-                acc = _lone_block_sums(a, x0 + (n * CB + g * CBg) * BS, p0, ob0, od, org, orb, live_b, inside, D, H,
-                                       Wi, KD, KH, KW, sd, pd, dd, dh, dw, CBg, HWV, BS, T, z0, L)
-                bv = vload(a, bias0 + ob0 * V, L)
-                a00, a01, a10, a11, a20, a21, a30, a31, a40, a41, a50, a51 = acc
-                _put_block(ya, y0, y_plain, n, ob0, OCB, K, OD * P, od * P + q0, TP, vadd(a00, bv), vadd(a10, bv),
-                           vadd(a20, bv), vadd(a30, bv), vadd(a40, bv), vadd(a50, bv), ep, ra, L)
-                _put_block(ya, y0, y_plain, n, ob0, OCB, K, OD * P, od * P + q0 + TP, live_b, vadd(a01, bv),
-                           vadd(a11, bv), vadd(a21, bv), vadd(a31, bv), vadd(a41, bv), vadd(a51, bv), ep, ra, L)
+                oh, ow = _lone_step(a, xg, p0, ya, y0, y_plain, n, ob0, od, oh, ow, q0, TP,
+                                    min(TP, p_end - q0 - TP), K, OCB, P, OD, geo, blk, ep, ra, L)
                 q0 += 2 * TP
                 continue
-            if live <= SLIVER:
-                # a plane's last 1-2 pixels (7x7 = 8 tiles and 1): a pixel at a time, not a
-                # whole tile's FMAs (its last tile; no later tile needs oh, ow)
-                for hq in range(0, tb, 2):           # a quad's two pairs one after the other
-                    oa = ob0 + hq
-                    ob = ob1 + hq
-                    for q in range(q0, q0 + live):
-                        s0, s1 = _pixel_pair_sums(a, x0 + (n * CB + g * CBg) * BS, p0, oa, ob, q // OW, q % OW, od,
-                                                  D, H, Wi, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw, CBg,
-                                                  HWV, BS, T, L)
-                        _put_pixel_pair(a, ya, y0, y_plain, n, oa, ob, two, od * P + q, K, OD * P, OCB, bias0, s0,
-                                        s1, ep, ra, L)
+            if live <= SLIVER:             # its last tile: no later tile needs oh, ow
+                _plane_end_pixels(a, xg, p0, ya, y0, y_plain, n, ob0, ob1, two, od, q0, live, tb, K, OCB, P, OD, geo,
+                                  blk, ep, ra, L)
                 break
             org = _origins(oh, ow, live, OW, sh, sw, ph, pw)
             oh, ow = org[12], org[13]
@@ -823,75 +936,103 @@ def conv(a, x0, p0, ya, y0, y_plain, K, N, D, H, Wi, OD, OH, OW, KD, KH, KW, sd,
             # a tile whose every tap of every pixel is inside x needs no per-tap test
             inside = _tile_inside(live, org[0], org[1], org[10], org[11], H, Wi, KH, KW, dh, dw, OW, sw, pw)
             if tb == QUAD:
-                acq = _quad_sums(a, x0 + (n * CB + g * CBg) * BS, p0, ob0, od, org, live, inside, D, H, Wi, KD, KH,
-                                 KW, sd, pd, dd, dh, dw, CBg, HWV, BS, T, z0, L)
+                acq = _quad_sums(a, xg, p0, ob0, od, org, live, inside, D, H, Wi, KD, KH, KW, sd, pd, dd, dh, dw, CBg,
+                                 HWV, BS, T, z0, L)
             else:
-                acc = _zeros12(L)
-                # per tap, the blocks of x innermost: the weights stream in pack's order, and the 6
-                # pixels' offsets are fixed per tap, each stepped a block at a time. (Blocks
-                # outermost reloaded spilled offsets at every (block, tap): 144 GFLOP/s on
-                # 64 -> 64 @56 against 178 this way, 2 cores AVX2; on border tiles, each tap's
-                # offsets recomputed per block cost 512 -> 512 @7, all border tiles, 20%.) Inside
-                # and border tiles keep a loop each: one loop for both, in _quad_sums' form (6
-                # offsets and 6 steps per tap), ran the pair tiles slower in one arena: ResNet-18
-                # at 8 lanes 1.8%, the UNet at 16 (pairs and lone blocks) 2.9%, convs up to 12%.
-                if inside:
-                    # every tap of every pixel inside x: the offsets from the first pixel's, no test
-                    d0, d1, d2, d3, d4, d5 = _pixel_offsets(org, Wi, V)
-                    for kd in range(KD):
-                        idp = od * sd - pd + kd * dd
-                        if idp < 0 or idp >= D:
-                            continue
-                        for i in range(KH):
-                            for j in range(KW):
-                                xb = x0 + ((n * CB + g * CBg) * D + idp) * HWV + (i * dh * Wi + j * dw) * V
-                                tap = (kd * KH + i) * KW + j
-                                wb0 = p0 + (ob0 * T + tap) * CBg * V * V
-                                wb1 = p0 + (ob1 * T + tap) * CBg * V * V
-                                for ib in range(CBg):
-                                    for ci in range(V):
-                                        acc = _fma_6x2(a, xb + d0 + ci, xb + d1 + ci, xb + d2 + ci, xb + d3 + ci,
-                                                       xb + d4 + ci, xb + d5 + ci, vload(a, wb0 + ci * V, L),
-                                                       vload(a, wb1 + ci * V, L), acc, L)
-                                    xb += BS
-                                    wb0 += V * V
-                                    wb1 += V * V
-                else:
-                    # a border tile: per tap each pixel's offset in the group's first block and its
-                    # step to the next, 0 for a tap in the padding or a pixel past the live ones (it
-                    # reads the V zeros at z0 in every block)
-                    for kd in range(KD):
-                        idp = od * sd - pd + kd * dd
-                        if idp < 0 or idp >= D:        # a plane of padding adds nothing
-                            continue
-                        xb = x0 + ((n * CB + g * CBg) * D + idp) * HWV
-                        for i in range(KH):
-                            for j in range(KW):
-                                o0, o1, o2, o3, o4, o5 = _offsets(xb, org, i * dh, j * dw, H, Wi, V, z0, live)
-                                if _all_padding(o0, o1, o2, o3, o4, o5, z0):
-                                    continue
-                                s0, s1, s2, s3, s4, s5 = _block_steps(o0, o1, o2, o3, o4, o5, z0, BS)
-                                tap = (kd * KH + i) * KW + j
-                                wb0 = p0 + (ob0 * T + tap) * CBg * V * V
-                                wb1 = p0 + (ob1 * T + tap) * CBg * V * V
-                                for ib in range(CBg):
-                                    for ci in range(V):
-                                        acc = _fma_6x2(a, o0 + ci, o1 + ci, o2 + ci, o3 + ci, o4 + ci, o5 + ci,
-                                                       vload(a, wb0 + ci * V, L), vload(a, wb1 + ci * V, L), acc, L)
-                                    o0 += s0
-                                    o1 += s1
-                                    o2 += s2
-                                    o3 += s3
-                                    o4 += s4
-                                    o5 += s5
-                                    wb0 += V * V
-                                    wb1 += V * V
+                acc = _pair_sums(a, xg, p0, ob0, ob1, od, org, live, inside, D, H, Wi, KD, KH, KW, sd, pd, dd, dh, dw,
+                                 CBg, HWV, BS, T, z0, L)
                 acq = acc + acc
             for hq in range(0, tb, 2):         # the pair, or a quad's two pairs: one store call site
                 _put_tile(ya, y0, y_plain, n, ob0 + hq, ob1 + hq, two, od * P + q0, live, K, OD * P, OCB,
                           vload(a, bias0 + (ob0 + hq) * V, L), vload(a, bias0 + (ob1 + hq) * V, L),
                           acq[:12] if hq == 0 else acq[12:], ep, ra, L)
             q0 += TP
+
+
+@parallel_kernel
+def conv_pairs(a, x0, p0, ya, y0, y_plain, K, N, D, H, Wi, OD, OH, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh,
+               dw, groups, CBg, OCBg, chunk, gp, tb, epi, L):
+    """conv where every work item is a pair of output blocks (tb = 2, an even count of
+    blocks a group): its arguments, its pair tiles and plane ends."""
+    V = nlanes(L)
+    e_kind, e_lo, e_hi, ra, e_r0 = epi
+    ep = (e_kind, e_lo, e_hi, e_r0)
+    P = OH * OW
+    CB = CBg * groups
+    OCB = OCBg * groups
+    T = KD * KH * KW
+    pairs = OCBg // 2
+    chunks = (P + chunk - 1) // chunk
+    bias0 = p0 + OCB * CBg * T * V * V
+    z0 = bias0 + OCB * V
+    geo = (D, H, Wi, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw)
+    for it in prange(N * groups * pairs * OD * chunks):
+        V = nlanes(L)
+        n, g, od, ob0, ob1, two, q0, p_end, oh, ow = _work_item(it, OD, chunks, pairs, groups, gp, N, OCBg, 2, chunk,
+                                                                P, OW)
+        HWV = H * Wi * V
+        BS = D * HWV
+        xg = x0 + (n * CB + g * CBg) * BS
+        blk = (CBg, HWV, BS, T, bias0, z0)
+        while q0 < p_end:
+            live = min(TP, p_end - q0)
+            if live <= SLIVER:
+                _plane_end_pixels(a, xg, p0, ya, y0, y_plain, n, ob0, ob1, True, od, q0, live, 2, K, OCB, P, OD, geo,
+                                  blk, ep, ra, L)
+                break
+            org = _origins(oh, ow, live, OW, sh, sw, ph, pw)
+            oh, ow = org[12], org[13]
+            org = org[:12]
+            inside = _tile_inside(live, org[0], org[1], org[10], org[11], H, Wi, KH, KW, dh, dw, OW, sw, pw)
+            acc = _pair_sums(a, xg, p0, ob0, ob1, od, org, live, inside, D, H, Wi, KD, KH, KW, sd, pd, dd, dh, dw,
+                             CBg, HWV, BS, T, z0, L)
+            _put_tile(ya, y0, y_plain, n, ob0, ob1, True, od * P + q0, live, K, OD * P, OCB,
+                      vload(a, bias0 + ob0 * V, L), vload(a, bias0 + ob1 * V, L), acc, ep, ra, L)
+            q0 += TP
+
+
+@parallel_kernel
+def conv_lone(a, x0, p0, ya, y0, y_plain, K, N, D, H, Wi, OD, OH, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh,
+              dw, groups, CBg, OCBg, chunk, gp, tb, epi, L):
+    """conv where a group has one output block (OCBg = 1): its arguments, every step 12
+    pixels x 1 block (_lone_step), a run's last 1-12 pixels too (its last 1-2 as a whole
+    step: once a plane, against the tile code the other forms would bring in)."""
+    V = nlanes(L)
+    e_kind, e_lo, e_hi, ra, e_r0 = epi
+    ep = (e_kind, e_lo, e_hi, e_r0)
+    P = OH * OW
+    CB = CBg * groups
+    OCB = groups
+    T = KD * KH * KW
+    chunks = (P + chunk - 1) // chunk
+    bias0 = p0 + OCB * CBg * T * V * V
+    z0 = bias0 + OCB * V
+    geo = (D, H, Wi, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw)
+    for it in prange(N * groups * OD * chunks):
+        V = nlanes(L)
+        n, g, od, ob0, ob1, two, q0, p_end, oh, ow = _work_item(it, OD, chunks, 1, groups, gp, N, 1, 1, chunk, P, OW)
+        HWV = H * Wi * V
+        BS = D * HWV
+        xg = x0 + (n * CB + g * CBg) * BS
+        blk = (CBg, HWV, BS, T, bias0, z0)
+        while p_end - q0 > TP + SLIVER:
+            oh, ow = _lone_step(a, xg, p0, ya, y0, y_plain, n, ob0, od, oh, ow, q0, TP, min(TP, p_end - q0 - TP), K,
+                                OCB, P, OD, geo, blk, ep, ra, L)
+            q0 += 2 * TP
+        if q0 < p_end:
+            _lone_step(a, xg, p0, ya, y0, y_plain, n, ob0, od, oh, ow, q0, min(TP, p_end - q0), p_end - q0 - TP, K,
+                       OCB, P, OD, geo, blk, ep, ra, L)
+
+
+def kernel_for(g, lanes: int):
+    """The kernel for conv's work on g (lifted to 3-D): conv_lone for one output block a
+    group, conv_pairs for pairs alone, else conv (quads, or pairs and a lone block)."""
+    ocbg, tb = group_blocks(g, lanes)[1], tile_blocks(g, lanes)
+    if ocbg == 1:
+        return conv_lone
+    if tb == BLOCKS and ocbg % 2 == 0:
+        return conv_pairs
+    return conv
 
 
 # --- few input channels: x read plain ---------------------------------------------------
