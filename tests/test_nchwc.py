@@ -1405,16 +1405,16 @@ def test_explain_names_the_conv_kernel_and_its_tiles(hw, k, kernel, claimed):
 @pytest.mark.parametrize("form", ["conv_lone", "conv_pairs"])
 def test_one_form_kernels_end_their_runs_on_every_length(width, form):
     """conv_lone (one output block a group: 12 x 1 steps) and conv_pairs (pairs alone) end
-    a work item's run of pixels on a short step: over planes 5 x 1 .. 7 x 14 at batch 1 and
-    2, stride 1 and 2, the last step of a run takes every length from 1 to 12 pixels
-    (conv_lone) or 1 to 6 (conv_pairs), against the reference kernels, with a fused residual
-    add + relu and a plain graph output, at every width. (One thread: the runs a plane
-    splits into depend on the threads planned for.)"""
+    a work item's run of pixels on a short step: over planes 5 x 1 .. 5 x 14 at batch 1
+    and 7 x 1 .. 7 x 14 at batch 2, stride 1 and 2, the last step of a run takes every
+    length from 1 to 12 pixels (conv_lone) or 1 to 6 (conv_pairs), against the reference
+    kernels, with a fused residual add + relu and a plain graph output, at every width.
+    (One thread: the runs a plane splits into depend on the threads planned for.)"""
     rng = np.random.default_rng(5)
     cout = width if form == "conv_lone" else 2 * width
     step = 2 * 6 if form == "conv_lone" else 6
     last_steps = set()
-    for oh, ow, n in itertools.product((5, 7), range(1, 15), (1, 2)):
+    for (oh, n), ow in itertools.product(((5, 1), (7, 2)), range(1, 15)):
         stride = 1 + ow % 2
         g = rx.Graph()
         x = g.input("x", (n, width + 1, oh * stride, ow * stride))
