@@ -831,32 +831,41 @@ def _work_item(it, OD, chunks, pairs, groups, gp, N, OCBg, tb, chunk, P, OW):
 @inlined
 def _lone_step(a, xg, p0, ya, y0, y_plain, n, ob0, od, oh, ow, q0, live_a, live_b, K, OCB, P, OD, geo, blk, ep, ra,
                L):
-    """A lone output block's 12 pixels from q0 (live_a of the first 6 live, live_b of the
-    next; live_b <= 0: the first 6 computed twice and stored once), + bias, stored. Returns
-    the (oh, ow) after them. geo: (D, H, Wi, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh,
-    dw) and blk: (CBg, HWV, BS, T, bias0, z0), in tuples so a call passes fewer than 30
+    """A lone output block's 12 pixels from q0, + bias, stored: live_a of the first 6 and
+    live_b of the next (live_b <= 0: the first 6 computed twice and stored once). The first
+    6 are always computed whole, past live_a too (their taps tested like any pixel's, so
+    every read stays inside x; the extra sums are not stored): with live_a a constant in
+    the sums, one call site serves a run's full steps and its last, and conv_lone compiles
+    one copy of this step, not two (its cold compile at 16 lanes: 144 -> 50 s). The store of
+    the first 6 branches on live_a == TP so the full steps' store stays unrolled (without
+    it the 12-pixel step ran 5% slower on 16 -> 16 @64). Returns
+    the (oh, ow) after the 12. geo: (D, H, Wi, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd,
+    dh, dw) and blk: (CBg, HWV, BS, T, bias0, z0), in tuples so a call passes fewer than 30
     arguments: past that CPython calls f(*args), which numba does not inline."""
     V = nlanes(L)
     D, H, Wi, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw = geo
     CBg, HWV, BS, T, bias0, z0 = blk
-    org = _origins(oh, ow, live_a, OW, sh, sw, ph, pw)
+    org = _origins(oh, ow, TP, OW, sh, sw, ph, pw)
     if live_b > 0:
         orb = _origins(org[12], org[13], live_b, OW, sh, sw, ph, pw)
         lb = live_b
     else:
         orb = org
-        lb = live_a
+        lb = TP
     oh, ow = orb[12], orb[13]
     org = org[:12]
     orb = orb[:12]
-    inside = (_tile_inside(live_a, org[0], org[1], org[10], org[11], H, Wi, KH, KW, dh, dw, OW, sw, pw)
+    inside = (_tile_inside(TP, org[0], org[1], org[10], org[11], H, Wi, KH, KW, dh, dw, OW, sw, pw)
               and _tile_inside(lb, orb[0], orb[1], orb[10], orb[11], H, Wi, KH, KW, dh, dw, OW, sw, pw))
-    acc = _lone_block_sums(a, xg, p0, ob0, od, org, orb, live_a, lb, inside, D, H, Wi, KD, KH, KW, sd, pd, dd, dh, dw,
+    acc = _lone_block_sums(a, xg, p0, ob0, od, org, orb, TP, lb, inside, D, H, Wi, KD, KH, KW, sd, pd, dd, dh, dw,
                            CBg, HWV, BS, T, z0, L)
     bv = vload(a, bias0 + ob0 * V, L)
     a00, a01, a10, a11, a20, a21, a30, a31, a40, a41, a50, a51 = acc
-    _put_block(ya, y0, y_plain, n, ob0, OCB, K, OD * P, od * P + q0, live_a, vadd(a00, bv), vadd(a10, bv),
-               vadd(a20, bv), vadd(a30, bv), vadd(a40, bv), vadd(a50, bv), ep, ra, L)
+    r0, r1, r2, r3, r4, r5 = vadd(a00, bv), vadd(a10, bv), vadd(a20, bv), vadd(a30, bv), vadd(a40, bv), vadd(a50, bv)
+    if live_a == TP:
+        _put_block(ya, y0, y_plain, n, ob0, OCB, K, OD * P, od * P + q0, TP, r0, r1, r2, r3, r4, r5, ep, ra, L)
+    else:
+        _put_block(ya, y0, y_plain, n, ob0, OCB, K, OD * P, od * P + q0, live_a, r0, r1, r2, r3, r4, r5, ep, ra, L)
     if live_b > 0:
         _put_block(ya, y0, y_plain, n, ob0, OCB, K, OD * P, od * P + q0 + TP, live_b, vadd(a01, bv), vadd(a11, bv),
                    vadd(a21, bv), vadd(a31, bv), vadd(a41, bv), vadd(a51, bv), ep, ra, L)
@@ -995,8 +1004,8 @@ def conv_pairs(a, x0, p0, ya, y0, y_plain, K, N, D, H, Wi, OD, OH, OW, KD, KH, K
 def conv_lone(a, x0, p0, ya, y0, y_plain, K, N, D, H, Wi, OD, OH, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh,
               dw, groups, CBg, OCBg, chunk, gp, tb, epi, L):
     """conv where a group has one output block (OCBg = 1): its arguments, every step 12
-    pixels x 1 block (_lone_step), a run's last 1-12 pixels too (its last 1-2 as a whole
-    step: once a plane, against the tile code the other forms would bring in)."""
+    pixels x 1 block (_lone_step) from one call site, a run's last 1-12 pixels too (as a
+    whole step: once a run, against the tile code the other forms would bring in)."""
     V = nlanes(L)
     e_kind, e_lo, e_hi, ra, e_r0 = epi
     ep = (e_kind, e_lo, e_hi, e_r0)
@@ -1015,13 +1024,10 @@ def conv_lone(a, x0, p0, ya, y0, y_plain, K, N, D, H, Wi, OD, OH, OW, KD, KH, KW
         BS = D * HWV
         xg = x0 + (n * CB + g * CBg) * BS
         blk = (CBg, HWV, BS, T, bias0, z0)
-        while p_end - q0 > TP + SLIVER:
-            oh, ow = _lone_step(a, xg, p0, ya, y0, y_plain, n, ob0, od, oh, ow, q0, TP, min(TP, p_end - q0 - TP), K,
-                                OCB, P, OD, geo, blk, ep, ra, L)
+        while q0 < p_end:
+            oh, ow = _lone_step(a, xg, p0, ya, y0, y_plain, n, ob0, od, oh, ow, q0, min(TP, p_end - q0),
+                                min(TP, p_end - q0 - TP), K, OCB, P, OD, geo, blk, ep, ra, L)
             q0 += 2 * TP
-        if q0 < p_end:
-            _lone_step(a, xg, p0, ya, y0, y_plain, n, ob0, od, oh, ow, q0, min(TP, p_end - q0), p_end - q0 - TP, K,
-                       OCB, P, OD, geo, blk, ep, ra, L)
 
 
 def kernel_for(g, lanes: int):
