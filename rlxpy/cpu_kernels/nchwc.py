@@ -814,10 +814,28 @@ def _pair_sums(a, xg, p0, ob0, ob1, od, org, live, inside, D, H, Wi, KD, KH, KW,
 
 
 @inlined
-def _work_item(it, OD, chunks, pairs, groups, gp, N, OCBg, tb, chunk, P, OW):
-    """A work item of conv's prange: its image, group, output depth, first output block and
-    its partner (ob1 = ob0 when there is none: two is False), its run of pixels [q0, p_end)
-    of the plane and the first one's (oh, ow)."""
+def _conv_constants(p0, OH, OW, KD, KH, KW, groups, CBg, OCBg, chunk, tb, L):
+    """conv's per-call values, made once outside the prange: P pixels a plane, CB and OCB
+    blocks of x and y, T taps, a group's pairs (or quads, or lone blocks: tb blocks each),
+    chunks a plane, and in the packed weights the bias at bias0 and V zeros at z0. (Not
+    the epilogue: its array, returned through an inlined call's tuple, fails numba's array
+    analysis of the prange, so each kernel unpacks epi itself.)"""
+    V = nlanes(L)
+    P = OH * OW
+    OCB = OCBg * groups
+    T = KD * KH * KW
+    bias0 = p0 + OCB * CBg * T * V * V
+    return (P, CBg * groups, OCB, T, (OCBg + tb - 1) // tb, (P + chunk - 1) // chunk,
+            bias0, bias0 + OCB * V)
+
+
+@inlined
+def _work_item(it, x0, D, H, Wi, OD, chunks, pairs, groups, gp, N, CBg, OCBg, tb, chunk, P, OW, L):
+    """A work item of conv's prange: its image, output depth, first output block and its
+    partner (ob1 = ob0 when there is none: two is False), its run of pixels [q0, p_end) of
+    the plane and the first one's (oh, ow); where its group of x starts (xg), and a plane
+    and a block of x in floats (HWV, BS)."""
+    V = nlanes(L)
     ch, pr, g, n = _item(it, OD * chunks, pairs, groups, gp, N)
     od = ch // chunks
     ch -= od * chunks
@@ -825,7 +843,10 @@ def _work_item(it, OD, chunks, pairs, groups, gp, N, OCBg, tb, chunk, P, OW):
     two = ob0 + 1 < (g + 1) * OCBg
     ob1 = ob0 + 1 if two else ob0
     p_end, oh, ow = _chunk(ch, chunk, P, OW)
-    return n, g, od, ob0, ob1, two, ch * chunk, p_end, oh, ow
+    HWV = H * Wi * V
+    BS = D * HWV
+    xg = x0 + (n * CBg * groups + g * CBg) * BS
+    return n, od, ob0, ob1, two, ch * chunk, p_end, oh, ow, xg, HWV, BS
 
 
 @inlined
@@ -907,25 +928,15 @@ def conv(a, x0, p0, ya, y0, y_plain, K, N, D, H, Wi, OD, OH, OW, KD, KH, KW, sd,
     of 1-2 pixels a pixel at a time (_plane_end_pixels: ResNet-18's 512 -> 512 @7, 8 tiles
     and 1 pixel, 1.29 -> 1.18 ms at batch 1). epi: the fused epilogue (_epi,
     epilogue_args)."""
-    V = nlanes(L)
     e_kind, e_lo, e_hi, ra, e_r0 = epi         # once, outside the prange (see _epi)
     ep = (e_kind, e_lo, e_hi, e_r0)
-    P = OH * OW
-    CB = CBg * groups
-    OCB = OCBg * groups
-    T = KD * KH * KW
-    pairs = (OCBg + tb - 1) // tb          # a group's pairs (or quads) of output blocks
-    chunks = (P + chunk - 1) // chunk
-    bias0 = p0 + OCB * CBg * T * V * V
-    z0 = bias0 + OCB * V
+    P, CB, OCB, T, pairs, chunks, bias0, z0 = _conv_constants(p0, OH, OW, KD, KH, KW, groups, CBg, OCBg, chunk, tb, L)
     geo = (D, H, Wi, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw)
     for it in prange(N * groups * pairs * OD * chunks):
-        V = nlanes(L)          # again inside the loop body: numba outlines it, and V must stay a constant
-        n, g, od, ob0, ob1, two, q0, p_end, oh, ow = _work_item(it, OD, chunks, pairs, groups, gp, N, OCBg, tb, chunk,
-                                                                P, OW)
-        HWV = H * Wi * V
-        BS = D * HWV                # one block of x
-        xg = x0 + (n * CB + g * CBg) * BS
+        V = nlanes(L)          # inside the loop body: numba outlines it, and V must stay a constant
+        n, od, ob0, ob1, two, q0, p_end, oh, ow, xg, HWV, BS = _work_item(it, x0, D, H, Wi, OD, chunks, pairs,
+                                                                           groups, gp, N, CBg, OCBg, tb, chunk,
+                                                                           P, OW, L)
         blk = (CBg, HWV, BS, T, bias0, z0)
         while q0 < p_end:
             live = min(TP, p_end - q0)
@@ -963,25 +974,15 @@ def conv_pairs(a, x0, p0, ya, y0, y_plain, K, N, D, H, Wi, OD, OH, OW, KD, KH, K
                dw, groups, CBg, OCBg, chunk, gp, tb, epi, L):
     """conv where every work item is a pair of output blocks (tb = 2, an even count of
     blocks a group): its arguments, its pair tiles and plane ends."""
-    V = nlanes(L)
-    e_kind, e_lo, e_hi, ra, e_r0 = epi
+    e_kind, e_lo, e_hi, ra, e_r0 = epi         # once, outside the prange (see _epi)
     ep = (e_kind, e_lo, e_hi, e_r0)
-    P = OH * OW
-    CB = CBg * groups
-    OCB = OCBg * groups
-    T = KD * KH * KW
-    pairs = OCBg // 2
-    chunks = (P + chunk - 1) // chunk
-    bias0 = p0 + OCB * CBg * T * V * V
-    z0 = bias0 + OCB * V
+    P, CB, OCB, T, pairs, chunks, bias0, z0 = _conv_constants(p0, OH, OW, KD, KH, KW, groups, CBg, OCBg, chunk, 2, L)
     geo = (D, H, Wi, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw)
     for it in prange(N * groups * pairs * OD * chunks):
         V = nlanes(L)
-        n, g, od, ob0, ob1, two, q0, p_end, oh, ow = _work_item(it, OD, chunks, pairs, groups, gp, N, OCBg, 2, chunk,
-                                                                P, OW)
-        HWV = H * Wi * V
-        BS = D * HWV
-        xg = x0 + (n * CB + g * CBg) * BS
+        n, od, ob0, ob1, two, q0, p_end, oh, ow, xg, HWV, BS = _work_item(it, x0, D, H, Wi, OD, chunks, pairs,
+                                                                           groups, gp, N, CBg, OCBg, 2, chunk,
+                                                                           P, OW, L)
         blk = (CBg, HWV, BS, T, bias0, z0)
         while q0 < p_end:
             live = min(TP, p_end - q0)
@@ -1006,23 +1007,15 @@ def conv_lone(a, x0, p0, ya, y0, y_plain, K, N, D, H, Wi, OD, OH, OW, KD, KH, KW
     """conv where a group has one output block (OCBg = 1): its arguments, every step 12
     pixels x 1 block (_lone_step) from one call site, a run's last 1-12 pixels too (as a
     whole step: once a run, against the tile code the other forms would bring in)."""
-    V = nlanes(L)
-    e_kind, e_lo, e_hi, ra, e_r0 = epi
+    e_kind, e_lo, e_hi, ra, e_r0 = epi         # once, outside the prange (see _epi)
     ep = (e_kind, e_lo, e_hi, e_r0)
-    P = OH * OW
-    CB = CBg * groups
-    OCB = groups
-    T = KD * KH * KW
-    chunks = (P + chunk - 1) // chunk
-    bias0 = p0 + OCB * CBg * T * V * V
-    z0 = bias0 + OCB * V
+    P, CB, OCB, T, pairs, chunks, bias0, z0 = _conv_constants(p0, OH, OW, KD, KH, KW, groups, CBg, 1, chunk, 1, L)
     geo = (D, H, Wi, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw)
     for it in prange(N * groups * OD * chunks):
         V = nlanes(L)
-        n, g, od, ob0, ob1, two, q0, p_end, oh, ow = _work_item(it, OD, chunks, 1, groups, gp, N, 1, 1, chunk, P, OW)
-        HWV = H * Wi * V
-        BS = D * HWV
-        xg = x0 + (n * CB + g * CBg) * BS
+        n, od, ob0, ob1, two, q0, p_end, oh, ow, xg, HWV, BS = _work_item(it, x0, D, H, Wi, OD, chunks, 1,
+                                                                           groups, gp, N, CBg, 1, 1, chunk, P,
+                                                                           OW, L)
         blk = (CBg, HWV, BS, T, bias0, z0)
         while q0 < p_end:
             oh, ow = _lone_step(a, xg, p0, ya, y0, y_plain, n, ob0, od, oh, ow, q0, min(TP, p_end - q0),

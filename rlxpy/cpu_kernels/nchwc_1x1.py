@@ -251,17 +251,23 @@ def conv1x1(a, x0, p0, ya, y0, y_plain, K, N, H, Wi, OH, OW, sh, sw, CB, OCB, ch
         # where the run's x fits in L1 (few input channels, stride 1) each pair sweeps the run,
         # writing y in long runs per block (24 -> 144 @56: 4% faster); else each tile goes
         # through every pair while it is in L1 (64 -> 128 @56 stride 2: 11% faster)
+        # (one loop, one call site of _tile, either order: two call sites compiled the tile code
+        # twice, 2 of conv1x1's cold compile minutes at 16 and 8 lanes)
         pairs_outer = contiguous and chunk * CB * V * 4 <= X_RUN_BYTES
-        if pairs_outer:
-            for pr in range(pr0, pr0 + npr):
-                for t in range(nt):
-                    _tile(a, xn, p0, ya, y0, y_plain, n, pr, q1 + t * TP, q1, chunk, K, P, HW, OW, Wi, sh, sw,
-                          CB, OCB, bias0, contiguous, ep, ra, L)
-        else:
-            for t in range(nt):
-                for pr in range(pr0, pr0 + npr):
-                    _tile(a, xn, p0, ya, y0, y_plain, n, pr, q1 + t * TP, q1, chunk, K, P, HW, OW, Wi, sh, sw,
-                          CB, OCB, bias0, contiguous, ep, ra, L)
+        pr, t = pr0, 0
+        for _ in range(npr * nt):
+            _tile(a, xn, p0, ya, y0, y_plain, n, pr, q1 + t * TP, q1, chunk, K, P, HW, OW, Wi, sh, sw, CB, OCB, bias0,
+                  contiguous, ep, ra, L)
+            if pairs_outer:
+                t += 1
+                if t == nt:
+                    t = 0
+                    pr += 1
+            else:
+                pr += 1
+                if pr == pr0 + npr:
+                    pr = pr0
+                    t += 1
         if sliver:
             for pr in range(pr0, pr0 + npr):
                 ob0 = 2 * pr
