@@ -859,10 +859,10 @@ def _lone_step(a, xg, p0, ya, y0, y_plain, n, ob0, od, oh, ow, q0, live_a, live_
     the sums, one call site serves a run's full steps and its last, and conv_lone compiles
     one copy of this step, not two (its cold compile at 16 lanes: 144 -> 50 s). The store of
     the first 6 branches on live_a == TP so the full steps' store stays unrolled (without
-    it the 12-pixel step ran 5% slower on 16 -> 16 @64). Returns
-    the (oh, ow) after the 12. geo: (D, H, Wi, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd,
-    dh, dw) and blk: (CBg, HWV, BS, T, bias0, z0), in tuples so a call passes fewer than 30
-    arguments: past that CPython calls f(*args), which numba does not inline."""
+    it the 12-pixel step ran 5% slower on 16 -> 16 @64). Returns the (oh, ow) after the 12.
+    geo: (D, H, Wi, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw) and blk: (CBg, HWV,
+    BS, T, bias0, z0), in tuples so a call passes fewer than 30 arguments: past that CPython
+    calls f(*args), which numba does not inline."""
     V = nlanes(L)
     D, H, Wi, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw = geo
     CBg, HWV, BS, T, bias0, z0 = blk
