@@ -1306,6 +1306,42 @@ def test_nchwc_1x1_last_three_blocks_in_4x3_tiles(width, blocks, stride):
         assert_close(got[name], want[name], TOL, f"4x3 tiles {name} {width} {blocks} {stride}")
 
 
+@pytest.mark.parametrize("width", [8, 16])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_nchwc_1x1_items_of_several_pairs_and_tiles_in_either_order(monkeypatch, width, stride):
+    """Work items that hold several output pairs and several tiles: at stride 1 (x's run
+    fits L1) each pair sweeps the item's tiles, at stride 2 each tile goes through every
+    pair; one loop walks both orders, so a step that skips or repeats a (pair, tile) shows
+    here. Blocked y with relu, and plain y as a graph output, against the reference."""
+    from rlxpy.cpu_kernels import nchwc_1x1
+    splits = []
+    real_split = nchwc_1x1.work_split
+
+    def spy(g, lanes, threads):
+        splits.append(real_split(g, lanes, threads))
+        return splits[-1]
+    monkeypatch.setattr(nchwc_1x1, "work_split", spy)
+    rng = np.random.default_rng(83 + stride)
+    cin, k = width + 3, 6 * width
+    g = rx.Graph()
+    x = g.input("x", (2, cin, 7 * stride, 9 * stride))
+    w = g.param("w", rand(rng, k, cin, 1, 1))
+    b = g.param("b", rand(rng, k))
+    g.output("plain", g.conv(x, w, bias=b, stride=stride, name="plain"))
+    g.output("y", g.relu(g.conv(x, w, bias=b, stride=stride, name="blocked")))
+    exe = rx.compile(g, rx.Config(conv_algo="nchwc_1x1", simd_width=width))
+    assert [t.algo for t in exe.thunks if t.algo != "reorder"] == ["nchwc_1x1"] * 2, exe.explain()
+    feeds = {"x": rand(rng, *x.shape)}
+    got, want = exe.run(feeds), rx.compile(g, REFERENCE).run(feeds)
+    assert splits
+    for chunk, gpairs in splits:
+        assert gpairs == 3 and chunk > nchwc.TP        # 3 pairs and at least 2 tiles an item
+        pairs_outer = stride == 1 and chunk * 2 * width * 4 <= nchwc_1x1.X_RUN_BYTES
+        assert pairs_outer == (stride == 1)
+    for name in ("plain", "y"):
+        assert_close(got[name], want[name], TOL, f"1x1 items {name} {width} {stride}")
+
+
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("plane", [(7, 7), (2, 7), (1, 13), (4, 2)])
 def test_nchwc_1x1_plane_ending_in_one_or_two_pixels(monkeypatch, width, plane):
