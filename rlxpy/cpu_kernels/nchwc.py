@@ -815,8 +815,8 @@ def _pair_sums(a, xg, p0, ob0, ob1, od, org, live, inside, D, H, Wi, KD, KH, KW,
 
 @inlined
 def _conv_constants(p0, OH, OW, KD, KH, KW, groups, CBg, OCBg, chunk, tb, L):
-    """conv's per-call values, made once outside the prange: P pixels a plane, CB and OCB
-    blocks of x and y, T taps, a group's pairs (or quads, or lone blocks: tb blocks each),
+    """conv's per-call values, made once outside the prange: P pixels a plane, OCB blocks
+    of y, T taps, a group's pairs (or quads, or lone blocks: tb blocks each),
     chunks a plane, and in the packed weights the bias at bias0 and V zeros at z0. (Not
     the epilogue: its array, returned through an inlined call's tuple, fails numba's array
     analysis of the prange, so each kernel unpacks epi itself.)"""
@@ -825,7 +825,7 @@ def _conv_constants(p0, OH, OW, KD, KH, KW, groups, CBg, OCBg, chunk, tb, L):
     OCB = OCBg * groups
     T = KD * KH * KW
     bias0 = p0 + OCB * CBg * T * V * V
-    return (P, CBg * groups, OCB, T, (OCBg + tb - 1) // tb, (P + chunk - 1) // chunk,
+    return (P, OCB, T, (OCBg + tb - 1) // tb, (P + chunk - 1) // chunk,
             bias0, bias0 + OCB * V)
 
 
@@ -859,7 +859,7 @@ def _lone_step(a, xg, p0, ya, y0, y_plain, n, ob0, od, oh, ow, q0, live_a, live_
     the sums, one call site serves a run's full steps and its last, and conv_lone compiles
     one copy of this step, not two (its cold compile at 16 lanes: 144 -> 50 s). The store of
     the first 6 branches on live_a == TP so the full steps' store stays unrolled (without
-    it the 12-pixel step ran 5% slower on 16 -> 16 @64). Returns the (oh, ow) after the 12.
+    it the step ran 4-11% slower on 16 -> 16 @64). Returns the (oh, ow) after the 12.
     geo: (D, H, Wi, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw) and blk: (CBg, HWV,
     BS, T, bias0, z0), in tuples so a call passes fewer than 30 arguments: past that CPython
     calls f(*args), which numba does not inline."""
@@ -930,7 +930,7 @@ def conv(a, x0, p0, ya, y0, y_plain, K, N, D, H, Wi, OD, OH, OW, KD, KH, KW, sd,
     epilogue_args)."""
     e_kind, e_lo, e_hi, ra, e_r0 = epi         # once, outside the prange (see _epi)
     ep = (e_kind, e_lo, e_hi, e_r0)
-    P, CB, OCB, T, pairs, chunks, bias0, z0 = _conv_constants(p0, OH, OW, KD, KH, KW, groups, CBg, OCBg, chunk, tb, L)
+    P, OCB, T, pairs, chunks, bias0, z0 = _conv_constants(p0, OH, OW, KD, KH, KW, groups, CBg, OCBg, chunk, tb, L)
     geo = (D, H, Wi, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw)
     for it in prange(N * groups * pairs * OD * chunks):
         V = nlanes(L)          # inside the loop body: numba outlines it, and V must stay a constant
@@ -976,7 +976,7 @@ def conv_pairs(a, x0, p0, ya, y0, y_plain, K, N, D, H, Wi, OD, OH, OW, KD, KH, K
     blocks a group): its arguments, its pair tiles and plane ends."""
     e_kind, e_lo, e_hi, ra, e_r0 = epi         # once, outside the prange (see _epi)
     ep = (e_kind, e_lo, e_hi, e_r0)
-    P, CB, OCB, T, pairs, chunks, bias0, z0 = _conv_constants(p0, OH, OW, KD, KH, KW, groups, CBg, OCBg, chunk, 2, L)
+    P, OCB, T, pairs, chunks, bias0, z0 = _conv_constants(p0, OH, OW, KD, KH, KW, groups, CBg, OCBg, chunk, 2, L)
     geo = (D, H, Wi, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw)
     for it in prange(N * groups * pairs * OD * chunks):
         V = nlanes(L)
@@ -1009,7 +1009,7 @@ def conv_lone(a, x0, p0, ya, y0, y_plain, K, N, D, H, Wi, OD, OH, OW, KD, KH, KW
     whole step: once a run, against the tile code the other forms would bring in)."""
     e_kind, e_lo, e_hi, ra, e_r0 = epi         # once, outside the prange (see _epi)
     ep = (e_kind, e_lo, e_hi, e_r0)
-    P, CB, OCB, T, pairs, chunks, bias0, z0 = _conv_constants(p0, OH, OW, KD, KH, KW, groups, CBg, 1, chunk, 1, L)
+    P, OCB, T, pairs, chunks, bias0, z0 = _conv_constants(p0, OH, OW, KD, KH, KW, groups, CBg, 1, chunk, 1, L)
     geo = (D, H, Wi, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw)
     for it in prange(N * groups * OD * chunks):
         V = nlanes(L)
