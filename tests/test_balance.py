@@ -2,6 +2,7 @@
 numba's static schedule against numba itself, the splits nchwc_1x1 and nchwc_direct pick at
 batch 1 (counted here by walking the kernels' own item order, tile by tile), and the
 kernels' sums on those splits against the reference."""
+import itertools
 from math import ceil
 
 import numba
@@ -9,12 +10,20 @@ import numpy as np
 import pytest
 
 import rlxpy as rx
-from rlxpy.cpu_kernels import balance, nchwc, nchwc_1x1
+from rlxpy.cpu_kernels import balance, nchwc, nchwc_1x1, simd
 from rlxpy.thunks.geometry import ConvGeometry
 
 from helpers import REFERENCE, assert_close, rand
 
 TP = nchwc.TP
+
+
+@pytest.fixture(autouse=True)
+def _every_width(monkeypatch):
+    """Both vector widths on any host (test_nchwc's rule): a width the CPU lacks is compiled
+    for it anyway, and LLVM splits each vector into the registers the CPU has."""
+    real = simd.host_widths()
+    monkeypatch.setattr(simd, "host_widths", lambda: real + tuple(w for w in (16, 8) if w not in real))
 
 
 @numba.njit(parallel=True, cache=True)
@@ -35,7 +44,7 @@ def test_shares_are_numbas_static_schedule(n):
         _who_ran(n, out)
     finally:
         numba.set_num_threads(saved)
-    runs = [len(list(g)) for _, g in __import__("itertools").groupby(out)]
+    runs = [len(list(g)) for _, g in itertools.groupby(out)]
     assert len(runs) == 2, out                                  # two contiguous ranges
     assert runs == balance.shares([1.0] * n, 2)
 
