@@ -65,7 +65,7 @@ def candidate_runs(tiles: int, threads: int, most: int = 8) -> List[int]:
     """Tiles a run to try: 1..most, and the runs that cut a plane into 1-4 items a thread."""
     cands = set(range(1, min(most, tiles) + 1))
     cands.update(ceil(tiles / (k * threads)) for k in range(1, 5))
-    return sorted({evened(tiles, p) for p in cands if p >= 1})
+    return sorted({evened(tiles, p) for p in cands})
 
 
 def most_even(options: Iterable, loads_of: Callable, threads: int, usual):
