@@ -23,7 +23,7 @@ from numba import prange
 from .balance import candidate_runs, evened, most_even, run_costs
 from .jit import inlined, parallel_kernel
 from .nchwc import (SLIVER, TP, _fma_6x2, _origins, _pixel_offsets, _pixel_pair_sums, _put_block, _put_pixel_pair,
-                    _put_tile, _zeros12, group_blocks)
+                    _put_tile, _zeros12, chunk_pixels, group_blocks)
 from .simd import nlanes, vadd, vbcast, vfma, vload, vzero
 
 # The packed weights of one item's group of output pairs: about a quarter of a 512 KiB L2,
@@ -71,19 +71,13 @@ def work_split(g, lanes: int, threads: int) -> tuple:
     tiles = ceil(P / TP)
     n = g.x_shape[0]
 
-    def usual_run(ngroups):
-        per = min(8, tiles)
-        while per > 1 and n * ngroups * ceil(tiles / per) < 4 * threads:
-            per -= 1
-        return evened(tiles, per)
-
     def loads(option):              # items in prange order: (image, group, run); a lone block half a pair
         per, gpairs = option
         runs = run_costs(P, per, TP, SLIVER)
         groups = [min(2 * gpairs, ocb - 2 * k * gpairs) / 2 for k in range(ceil(pairs / gpairs))]
         return [b * c for _ in range(n) for b in groups for c in runs]
 
-    usual = (usual_run(fewest), ceil(pairs / fewest))
+    usual = (evened(tiles, chunk_pixels(g, n * fewest, threads) // TP), ceil(pairs / fewest))
     # one group stays one: its threads split x by pixels, each reading its own part; as groups,
     # each thread reads all of x and writes part of every pixel (MobileNetV2's 64 -> 384
     # expansions at 14x14 re-cut as 2 groups of 6 pairs: the depthwise convs after them went
