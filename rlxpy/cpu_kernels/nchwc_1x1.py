@@ -59,10 +59,11 @@ def work_split(g, lanes: int, threads: int) -> tuple:
     """(pixels per item, output pairs per item) for a 2-D (lifted) geometry: pair groups
     whose weights fit WEIGHT_BYTES, then runs of about 8 tiles, fewer where the items would
     not give every thread 4, evened out so no run is a sliver. Where those items fall
-    unevenly on the threads (balance.most_even), the most even of a few more groups and
-    other runs instead (MobileNetV2's 64 -> 384 at 14x14, batch 1, 2 threads: one group of
-    12 pairs in 9 runs of 4 tiles, 20 runs' worth against 13, became two groups of 6 pairs,
-    one a thread: balance 0.825 -> 1.0)."""
+    unevenly on the threads (balance.most_even), the most even other run length, and where
+    there are several groups already, of a few more groups (MobileNetV2 at 14x14, batch 1,
+    2 threads: 64 -> 384, one group in 9 runs of 4 tiles, 20 tiles against 13, became 33 runs
+    of 1 tile, balance 0.825 -> 0.97; 384 -> 96, groups of 2 and 1 pairs, became 3 groups of
+    1 pair in runs of 17 and 16 tiles, 0.75 -> 0.99)."""
     cb, ocb = group_blocks(g, lanes)
     pairs = -(-ocb // 2)
     per_pair = cb * lanes * lanes * 2 * 4
