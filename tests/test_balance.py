@@ -152,7 +152,7 @@ def test_rebalanced_splits_give_the_reference_sums(width, shape):
     """The rebalanced runs (17 tiles of a 33-tile plane, 11 of 43) end mid-row and past a
     plane's sliver: the kernels' sums on them against the reference, blocked with relu and
     plain as the graph output."""
-    if numba.get_num_threads() < 2:
+    if numba.config.NUMBA_NUM_THREADS < 2:
         pytest.skip("one thread: the usual cut stays")
     rng = np.random.default_rng(5)
     ks, c, k, hw = (1, 576, 96, 14) if shape.startswith("1x1") else (3, 64, 64, 16)
@@ -161,7 +161,8 @@ def test_rebalanced_splits_give_the_reference_sums(width, shape):
     y = g.relu(g.conv(x, g.param("w", rand(rng, k, c, ks, ks) * 0.1), bias=g.param("b", rand(rng, k)),
                       padding=ks // 2, name="first"))
     g.output("y", g.conv(y, g.param("w2", rand(rng, k, k, ks, ks) * 0.1), padding=ks // 2, name="second"))
-    exe = rx.compile(g, rx.Config(simd_width=width))
+    exe = rx.compile(g, rx.Config(simd_width=width, num_threads=2))    # the splits below are 2 threads'
+    assert exe.threads == 2
     feeds = {"x": rand(rng, 1, c, hw, hw)}
     got, want = exe.run(feeds)["y"], rx.compile(g, REFERENCE).run(feeds)["y"]
     for th in exe.thunks:
