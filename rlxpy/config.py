@@ -129,6 +129,9 @@ FLAGS: Tuple[Flag, ...] = (
     Flag("RLX_PER_IMAGE", "per_image_mib", parse_per_image,
          "at batch > 1, chains of blocked CPU kernels touching a value of at least this many MiB run image by "
          "image, the values inside held one image at a time (default 4; off or 0: whole batches)"),
+    Flag("RLX_IN_PLACE", "in_place", parse_bool,
+         "default on: a concat whose inputs are contiguous slices of its output (along the channels at batch 1) "
+         "has them written there, and a reshape of a plain value reads its bytes: no copy (off: both copy)"),
     Flag("RLX_PLAN_CACHE", "plan_cache", parse_positive_int,
          "plans (input shapes) an executable keeps, least recently used evicted with its arenas (default 8)"),
 )
@@ -150,6 +153,7 @@ class Config:
     cache_dir: Optional[str] = None      # RLX_CACHE_DIR; None: default_cache_dir()
     plan_cache: int = 8                  # RLX_PLAN_CACHE
     per_image_mib: float = 4.0           # RLX_PER_IMAGE; 0: off
+    in_place: bool = True                # RLX_IN_PLACE
 
     def __post_init__(self):
         if self.conv_algo not in CONV_ALGOS:

@@ -7,6 +7,7 @@ from ..ir.shape import numel
 from . import records as R
 from . import tensor_records as T
 from .geometry import ConvGeometry, PoolGeometry
+from .in_place import IN_PLACE
 from .layout import PLAIN, stored_bytes
 
 
@@ -36,7 +37,10 @@ def flops(rec: R.Record) -> int:
 
 def traffic_bytes(thunk, plan) -> int:
     """The bytes of every tensor the thunk reads or writes, as stored (a blocked tensor
-    with its padded lanes), each counted once."""
+    with its padded lanes), each counted once; none for a thunk in place (in_place.py), which
+    moves nothing."""
+    if thunk.algo == IN_PLACE:
+        return 0
     total = 0
     for vid in set(thunk.record.value_ids()):
         if vid != R.ABSENT and vid in plan.shapes:

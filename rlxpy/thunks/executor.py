@@ -15,6 +15,7 @@ from ..config import Config
 from ..ir.graph import Graph
 from ..ir.shape import fmt_shape
 from .arena import ArenaPool
+from .in_place import IN_PLACE
 from .layout import PLAIN
 from .backend import Backend
 from .plan import Plan, build_plan
@@ -172,8 +173,9 @@ class Executable:
             call_thunks = [plan.thunks[k] if image < 0 else
                            image_thunk(plan.thunks[k], image, seg_of[k], plan.shapes, images)
                            for k, image, images in order]
-            binders = [self.backend.binder(t) for t in call_thunks]
-            prepares = [(fn, t) for t in plan.thunks if (fn := self.backend.prepare(t)) is not None]
+            binders = [_bind_nothing if t.algo == IN_PLACE else self.backend.binder(t) for t in call_thunks]
+            prepares = [(fn, t) for t in plan.thunks
+                        if t.algo != IN_PLACE and (fn := self.backend.prepare(t)) is not None]
             direct = [(name, i, fn) for name, (i, role) in plan.sole_outputs.items()
                       if not self.guard_bytes and
                       (fn := self.backend.output_binder(plan.thunks[i], role, plan.outputs[name][1])) is not None]
@@ -497,3 +499,11 @@ class Executable:
                     if not (zone == np.float32(GUARD_VALUE)).all():
                         bad.append((off, n))
         return bad
+
+
+def _nothing() -> None:
+    """An in-place thunk's call (in_place.py): its output's bytes are already written."""
+
+
+def _bind_nothing(arena):
+    return _nothing

@@ -16,6 +16,7 @@ from . import arena as A
 from .backend import Backend, ChoiceContext
 from .compile import LowerCtx, lookup
 from .geometry import ReorderGeometry
+from .in_place import IN_PLACE, find_aliases, resolve
 from .layout import PLAIN, stored_bytes
 from .records import ABSENT, Choice, Record, Reorder, Thunk
 from .segments import Segment, find_segments, image_bytes, live_range
@@ -211,12 +212,24 @@ def build_plan(nodes, params, outputs: Dict[str, int], input_shapes, config: Con
         segments = tuple(find_segments(records, [c.algo for c in choices], shapes, layout_of, produced_at, last_read,
                                        frozenset(outputs.values()), getattr(backend, "per_image_algos", ()),
                                        config.per_image_mib * 2 ** 20))     # (inf: none)
+    # concats and reshapes that need no copy (in_place.py): their thunks run nothing, each
+    # aliased value lives inside its root's buffer, which lives as long as all of them
+    aliases = {}
+    if config.fast_conv and config.in_place:
+        in_segment = {k for seg in segments for k in range(seg.start, seg.stop)}
+        aliases, in_place = find_aliases(records, choices, shapes, layout_of, produced_at, pinned, in_segment)
+        for t, why in in_place.items():
+            choices[t] = replace(choices[t], algo=IN_PLACE, why=why)
+    life = {i: (produced_at[i], last_read.get(i, produced_at[i])) for i in values if i not in pinned}
+    for i in aliases:
+        root = resolve(aliases, i)[0]
+        (f0, l0), (f1, l1) = life[root], life[i]
+        life[root] = (min(f0, f1), max(l0, l1))
     step = {v: seg.step for seg in segments for v in seg.internal}      # a segment's values: a call's images
     buffers = [A.Buffer(i, image_bytes(shapes[i], layout_of.get(i, PLAIN), step[i]) if i in step else
                         stored_bytes(shapes[i], layout_of.get(i, PLAIN)),
-                        *((-1, _FOREVER) if i in pinned else
-                          live_range(produced_at[i], last_read.get(i, produced_at[i]), segments)))
-               for i in values]
+                        *((-1, _FOREVER) if i in pinned else live_range(*life[i], segments)))
+               for i in values if i not in aliases]
     buffers += [A.Buffer(b.vid, b.nbytes, *live_range(b.first, b.last, segments)) if b.first >= 0 else b
                 for b in extra]            # scratch: used by every image's call
     if guard_bytes:
@@ -226,6 +239,9 @@ def build_plan(nodes, params, outputs: Dict[str, int], input_shapes, config: Con
     else:
         (offsets, total), guards = A.plan_offsets(buffers, reuse=plan_memory), ()
     offsets[ABSENT] = ABSENT
+    for i in aliases:
+        root, off = resolve(aliases, i)
+        offsets[i] = offsets[root] + off
     thunks = []
     for k, (rec, choice, (sid, pid)) in enumerate(zip(records, choices, slots)):
         why = choice.why
