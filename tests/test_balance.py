@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import rlxpy as rx
-from rlxpy.cpu_kernels import balance, nchwc, nchwc_1x1, simd
+from rlxpy.cpu_kernels import balance, choose, nchwc, nchwc_1x1, simd
 from rlxpy.thunks.geometry import ConvGeometry
 
 from helpers import REFERENCE, assert_close, rand
@@ -181,3 +181,70 @@ def test_rebalanced_splits_give_the_reference_sums(width, shape):
             _direct_threads_work(_geo(1, c, k, hw, 3), 16, 6 * TP)
         assert min(usual) / max(usual) < 0.93 and first.tiling.tile not in (6 * TP, 7 * TP)
     assert_close(got, want, 1e-4, f"{shape} {width}")
+
+
+def _dw_geo(n, c, hw, stride=1):
+    o = (hw + 2 - 3) // stride + 1
+    return ConvGeometry((n, c, hw, hw), (n, c, o, o), (3, 3), (stride, stride), (1, 1), (1, 1), (1, 1), c)
+
+
+def _rows_each_thread_writes(g, lanes, threads, rows):
+    """The output rows each thread writes, walking nchwc.depthwise's items (image, run of
+    rows, channel block: the blocks innermost) in numba's static schedule."""
+    cb, oh = -(-g.x_shape[1] // lanes), g.y_shape[2]
+    runs = -(-oh // rows)
+    items = [(n, r) for n in range(g.x_shape[0]) for r in range(runs) for _ in range(cb)]
+    out, at = [], 0
+    for share in map(int, balance.shares([1] * len(items), threads)):
+        out.append({(n, h) for n, r in items[at:at + share] for h in range(r * rows, min(oh, (r + 1) * rows))})
+        at += share
+    return out
+
+
+@pytest.mark.parametrize("lanes", [8, 16])
+def test_a_lone_images_depthwise_splits_its_rows_over_the_threads(lanes):
+    """MobileNetV2 at batch 1: a 384-channel depthwise conv at 14x14 was one run of 14 rows,
+    so its threads split the channels; in runs of 7 each thread writes half the rows, all
+    channels (as the one-group 1x1 expansion before it wrote them). Where x's kernel split
+    the channels, 7 rows (4 + 3), a second image, 3 threads (14 rows don't divide), and 28
+    rows (already 2 runs): the usual rows."""
+    g = _dw_geo(1, 384, 14)
+    usual = nchwc.rows_per_item(g, lanes, 2)
+    assert usual == 14 and _rows_each_thread_writes(g, lanes, 2, usual)[0] == {(0, h) for h in range(14)}
+    rows = choose.depthwise_rows(g, lanes, 2)
+    assert rows == 7
+    assert [sorted(h for _, h in part) for part in _rows_each_thread_writes(g, lanes, 2, rows)] == \
+        [list(range(7)), list(range(7, 14))]
+    assert choose.depthwise_rows(_dw_geo(1, 192, 28, 2), lanes, 2) == 7       # the stride-2 one into 14x14
+    assert choose.depthwise_rows(g, lanes, 2, x_splits_channels=True) == 14   # x made channels-split: follow it
+    for g, threads in ((_dw_geo(1, 960, 7), 2), (_dw_geo(2, 384, 14), 2), (_dw_geo(1, 384, 14), 3),
+                       (_dw_geo(1, 192, 28), 2)):
+        assert choose.depthwise_rows(g, lanes, threads) == nchwc.rows_per_item(g, lanes, threads), (g, threads)
+
+
+@pytest.mark.parametrize("width", [8, 16])
+@pytest.mark.parametrize("c,e", [(64, 384), (96, 576)])
+def test_a_depthwise_conv_follows_its_expansions_split(width, c, e):
+    """An inverted residual's middle at batch 1 on 2 threads: 1x1 expansion, depthwise 3x3
+    with relu6 in its store, 1x1 projection. After an expansion of one group of outputs
+    (split by pixels) the depthwise rows run 7 a thread; after one cut in groups of output
+    channels (MobileNetV2's 96 -> 576 at 16 lanes) they stay one run of 14, each thread on
+    the channels it made. Both against the reference."""
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("one thread: the rows stay one run")
+    rng = np.random.default_rng(6)
+    g = rx.Graph()
+    x = g.input("x", (1, c, 14, 14))
+    ex = g.clip(g.conv(x, g.param("we", rand(rng, e, c, 1, 1) * 0.2), name="expand"), 0.0, 6.0)
+    d = g.clip(g.conv(ex, g.param("wd", rand(rng, e, 1, 3, 3) * 0.3), bias=g.param("bd", rand(rng, e)),
+                      padding=1, groups=e, name="dw"), 0.0, 6.0)
+    g.output("y", g.conv(d, g.param("wp", rand(rng, c, e, 1, 1) * 0.1)))
+    exe = rx.compile(g, rx.Config(simd_width=width, num_threads=2))
+    th = {name: t for t in exe.thunks for name in t.node.split("+")}
+    assert th["expand"].algo == "nchwc_1x1" and th["dw"].algo == "nchwc_depthwise", exe.explain()
+    groups_of_channels = 2 * th["expand"].tiling.k_blocks < -(-e // width)
+    if width == 16:
+        assert groups_of_channels == (e == 576)
+    assert th["dw"].tiling.tile == (14 if groups_of_channels else 7)
+    feeds = {"x": rand(rng, 1, c, 14, 14)}
+    assert_close(exe.run(feeds)["y"], rx.compile(g, REFERENCE).run(feeds)["y"], 1e-4, f"depthwise {e} {width}")

@@ -29,11 +29,13 @@ class ChoiceContext:
     kernel will run on (one scratch slot each), per-node algo overrides
     (compile(..., algos={node name: algo}), which go before RLX_CONV_ALGO), and whether a
     neighbour's kernel stores the record's input or output blocked (a second ask, made only
-    for a record first given a plain-layout kernel)."""
+    for a record first given a plain-layout kernel), and how the kernel making its x split
+    the work over the threads."""
     config: Config
     threads: int
     algos: Mapping[str, str] = field(default_factory=dict)
     near_blocked: bool = False    # asked again: a neighbour reads or writes this record's x or y in a blocked layout
+    x_splits_channels: bool = False   # the kernel making this record's x splits its channels (Choice.splits_channels)
 
 
 class Backend(Protocol):

@@ -127,11 +127,22 @@ def build_plan(nodes, params, outputs: Dict[str, int], input_shapes, config: Con
         return converted[(vid, layout)]
 
     lowered = []                          # (record, choice) per node, chosen before any layout is fixed
+    made_by: Dict[int, Choice] = {}       # value id -> the choice of the record that makes it
+
+    def told_of_x(ctx: ChoiceContext, rec: Record) -> ChoiceContext:
+        """ctx, and how the kernel making rec's x splits its work (a consumer may follow it)."""
+        producer = made_by.get(rec.x) if "x" in rec.INPUTS else None
+        return replace(ctx, x_splits_channels=True) if producer is not None and producer.splits_channels else ctx
+
+    def lowered_as(rec: Record, choice: Choice):
+        made_by.update((getattr(rec, r), choice) for r in rec.OUTPUTS)
+        return rec, choice
+
     for i in order:
         node = nodes[i]
         if node.op not in SOURCES:
             rec = lookup(node.op)(node, lower)
-            lowered.append((rec, backend.choose(rec, choose)))
+            lowered.append(lowered_as(rec, backend.choose(rec, told_of_x(choose, rec))))
     # A record given a plain kernel whose producer or consumer works on blocked values is
     # asked again, told so: a kernel that is a little slower alone may spare two reorders.
     # Until nothing changes: a record that turns blocked may make its own neighbours
@@ -147,9 +158,9 @@ def build_plan(nodes, params, outputs: Dict[str, int], input_shapes, config: Con
             if k in asked or choice.layouts or not any(getattr(rec, r) in blocked_near for r in rec.roles()):
                 continue
             asked.add(k)
-            again = backend.choose(rec, near)
+            again = backend.choose(rec, told_of_x(near, rec))
             if again.layouts:
-                lowered[k] = (rec, again)
+                lowered[k] = lowered_as(rec, again)
                 changed = True
         if not changed:
             break

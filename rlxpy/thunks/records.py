@@ -190,6 +190,9 @@ class Choice:
     tiling: Tiling = Tiling()
     layouts: Tuple[Tuple[str, str], ...] = ()   # (role, layout) the kernel prefers, where not plain (NCHWc)
     plain_ok: Tuple[str, ...] = ()              # roles among those it can also read or write plain
+    # at a batch smaller than the threads, they split the output's channels (each writes some
+    # channel blocks of every pixel), not its pixels: what a consumer's split may follow
+    splits_channels: bool = False
 
     def layout(self, role: str) -> str:
         return dict(self.layouts).get(role, PLAIN)
