@@ -308,6 +308,32 @@ def test_static_graph_fast_input_check_still_refuses_bad_input(inputs, err, word
     assert np.array_equal(exe.run({"x": good})["y"], good.reshape(1, 3, 4, 2, 4, 2).max(axis=(3, 5)))
 
 
+def test_a_dynamic_graphs_last_shapes_are_checked_at_once_but_still_refused_when_bad():
+    """After a run, arrays of exactly the shapes it accepted skip the full check; anything
+    else (another dtype, a list, another batch, dynamic dims that no longer agree) goes
+    through it, with the full check's messages, and a new batch gets its own plan."""
+    g = rx.Graph()
+    a, b = g.input("a", (None, 2, 4, 4)), g.input("b", (None, 2, 4, 4))
+    g.output("y", g.add(g.pool(a, "max", 2), g.pool(b, "avg", 2)))
+    exe = rx.compile(g, REFERENCE)
+    rng = np.random.default_rng(3)
+
+    def want(av, bv):
+        return av.reshape(-1, 2, 2, 2, 2, 2).max(axis=(3, 5)) + bv.reshape(-1, 2, 2, 2, 2, 2).mean(axis=(3, 5))
+    for n in (2, 2, 3, 2):
+        av, bv = rand(rng, n, 2, 4, 4), rand(rng, n, 2, 4, 4)
+        np.testing.assert_allclose(exe.run({"a": av, "b": bv})["y"], want(av, bv), rtol=1e-6, atol=1e-6)
+    good = rand(rng, 2, 2, 4, 4)
+    for inputs, err, words in (({"a": good.astype(np.float64), "b": good}, TypeError, ["'a'", "float64"]),
+                               ({"a": good, "b": good.tolist()}, TypeError, ["'b'", "numpy array"]),
+                               ({"a": good, "b": rand(rng, 3, 2, 4, 4)}, ValueError, ["'b'", "bound N to 2"]),
+                               ({"a": good}, ValueError, ["missing input 'b'"])):
+        with pytest.raises(err) as info:
+            exe.run(inputs)
+        assert all(w in str(info.value) for w in words), str(info.value)
+    np.testing.assert_allclose(exe.run({"a": good, "b": good})["y"], want(good, good), rtol=1e-6, atol=1e-6)
+
+
 def test_thread_count_follows_each_executables_config():
     import numba
     g = rx.Graph()
