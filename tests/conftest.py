@@ -62,3 +62,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if not any(m.name == "xdist_group" for m in item.iter_markers()):
             item.add_marker(pytest.mark.xdist_group(width_group(item)))
+
+
+@pytest.fixture
+def every_width(monkeypatch):
+    """Every vector width runs on any host: a width the CPU lacks (16 on AVX2) is compiled
+    for it anyway, and LLVM splits each vector into the registers the CPU has (correct, not
+    fast). The host's widest stays first, so the default width is still the host's. (The
+    import inside: numba must not be imported before NUMBA_CACHE_DIR is set above.)"""
+    from rlxpy.cpu_kernels import simd
+    real = simd.host_widths()
+    monkeypatch.setattr(simd, "host_widths", lambda: real + tuple(w for w in (16, 8) if w not in real))

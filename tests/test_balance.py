@@ -10,20 +10,14 @@ import numpy as np
 import pytest
 
 import rlxpy as rx
-from rlxpy.cpu_kernels import balance, choose, nchwc, nchwc_1x1, simd
+from rlxpy.cpu_kernels import balance, choose, nchwc, nchwc_1x1
 from rlxpy.thunks.geometry import ConvGeometry
 
 from helpers import REFERENCE, assert_close, rand
 
 TP = nchwc.TP
+pytestmark = pytest.mark.usefixtures("every_width")   # conftest: 16 and 8 lanes on any host
 
-
-@pytest.fixture(autouse=True)
-def _every_width(monkeypatch):
-    """Both vector widths on any host (test_nchwc's rule): a width the CPU lacks is compiled
-    for it anyway, and LLVM splits each vector into the registers the CPU has."""
-    real = simd.host_widths()
-    monkeypatch.setattr(simd, "host_widths", lambda: real + tuple(w for w in (16, 8) if w not in real))
 
 
 @numba.njit(parallel=True, cache=True)

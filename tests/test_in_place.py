@@ -9,20 +9,13 @@ import numpy as np
 import pytest
 
 import rlxpy as rx
-from rlxpy.cpu_kernels import simd
 from rlxpy.thunks.in_place import IN_PLACE
 from rlxpy.thunks.layout import stored_bytes
 
 from helpers import REFERENCE, assert_close, rand
 
 WIDTHS = [16, 8, 1]
-
-
-@pytest.fixture(autouse=True)
-def _every_width(monkeypatch):
-    """Every width runs on every host (as test_nchwc's fixture says)."""
-    real = simd.host_widths()
-    monkeypatch.setattr(simd, "host_widths", lambda: real + tuple(w for w in WIDTHS if w not in real))
+pytestmark = pytest.mark.usefixtures("every_width")   # conftest: 16 and 8 lanes on any host
 
 
 def _thunks(exe, shapes):

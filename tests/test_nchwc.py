@@ -1,6 +1,6 @@
 """The channel-blocked layout (NCHWc) and its vector convolutions, through the public API:
 every conv case of the table against the reference kernels at every SIMD width (16, 8 and
-1 lanes on any host: see _every_width), the layout plan (where reorders go, and where none are needed), channels padded
+1 lanes on any host: conftest's every_width), the layout plan (where reorders go, and where none are needed), channels padded
 inside the layout and never seen, and weights that change between runs."""
 import itertools
 
@@ -16,15 +16,8 @@ from helpers import REFERENCE, assert_close, main_thunk, rand, run_case
 
 TOL = 1e-4       # float32 FMAs in another order than the float64 reference (test_fast_parity's table)
 WIDTHS = [16, 8, 1]
+pytestmark = pytest.mark.usefixtures("every_width")   # conftest: 16 and 8 lanes on any host
 
-
-@pytest.fixture(autouse=True)
-def _every_width(monkeypatch):
-    """Every width runs on every host: a width the CPU lacks (16 on AVX2) is compiled for it
-    anyway, and LLVM splits each vector into the registers the CPU has (correct, not fast).
-    The host's widest stays first, so the default width is still the host's."""
-    real = simd.host_widths()
-    monkeypatch.setattr(simd, "host_widths", lambda: real + tuple(w for w in WIDTHS if w not in real))
 CONV_CASES = [c for c in cases("fast") if c.op in ("conv", "conv3d")]     # 1-, 2- and 3-D
 
 

@@ -143,14 +143,12 @@ def test_same_padding_with_a_stride_is_refused_as_in_pytorch():
 @pytest.mark.parametrize("width", [16, 8])
 @pytest.mark.parametrize("rows, cols, k", [(8, 1000, 37), (130, 3, 37), (1, 1, 5), (200, 70, 37), (1, 33, 64),
                                            (1, 30, 37), (3, 20, 19), (16, 9, 40), (17, 9, 40)])
-def test_linear_kernels_cover_every_row_and_column_once(monkeypatch, rows, cols, k, width):
+def test_linear_kernels_cover_every_row_and_column_once(every_width, rows, cols, k, width):
     """The fast linears against numpy: vector dot products up to DOT_ROWS rows (one row
     against 4 weight rows at a time, an item's last columns with the row split in quarters,
     rows in fours with a missing 4th, feature tails past the vectors),
     SGEMMs over blocks of rows x blocks of columns above; with a bias."""
-    from rlxpy.cpu_kernels import simd, tensor_dispatch
-    real = simd.host_widths()
-    monkeypatch.setattr(simd, "host_widths", lambda: real + tuple(w for w in (16, 8) if w not in real))
+    from rlxpy.cpu_kernels import tensor_dispatch
     rng = np.random.default_rng(72)
     x, w, b = rand(rng, rows, k), rand(rng, cols, k), rand(rng, cols)
     g = rx.Graph()
@@ -295,13 +293,11 @@ def test_a_conv_takes_in_its_residual_add_and_activation(config, last, torch_fn,
 
 
 @pytest.mark.parametrize("width", [16, 8])
-def test_first_layer_and_depthwise_convs_apply_relu6_in_their_store(width, monkeypatch):
+def test_first_layer_and_depthwise_convs_apply_relu6_in_their_store(width, every_width):
     """A MobileNet block: stem conv (3 input channels: nchwc_plain_in) + relu6, depthwise
     3x3 + relu6, 1x1 conv. Both fused activations run in the blocked kernels' stores (no
     pass over y), write nothing else, and match PyTorch."""
-    from rlxpy.cpu_kernels import dispatch, simd
-    real = simd.host_widths()      # a width the CPU lacks is compiled anyway (LLVM splits the vectors)
-    monkeypatch.setattr(simd, "host_widths", lambda: real + tuple(w for w in (16, 8) if w not in real))
+    from rlxpy.cpu_kernels import dispatch
     rng = np.random.default_rng(77)
     g = rx.Graph()
     x = g.input("x", (None, 3, 11, 10))
@@ -423,13 +419,10 @@ def test_gelu_look_alikes_stay_as_written():
 
 @pytest.mark.parametrize("width", [16, 8])
 @pytest.mark.parametrize("pool", ["global_avg_pool", "global_max_pool", "mean23"])
-def test_global_pooling_after_a_blocked_conv_reads_the_blocked_layout(monkeypatch, pool, width):
+def test_global_pooling_after_a_blocked_conv_reads_the_blocked_layout(every_width, pool, width):
     """After a blocked conv, global pooling (and a mean over every spatial axis) reads the
     blocked layout itself: no reorder thunk. Channels not a multiple of the width, pixels
     not a multiple of 4 (the kernel's unroll), a NaN in one channel for the max."""
-    from rlxpy.cpu_kernels import simd
-    real = simd.host_widths()
-    monkeypatch.setattr(simd, "host_widths", lambda: real + tuple(w for w in (16, 8) if w not in real))
     rng = np.random.default_rng(75)
     g = rx.Graph()
     x = g.input("x", (3, 16, 7, 9))
