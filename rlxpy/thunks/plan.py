@@ -231,9 +231,9 @@ def build_plan(nodes, params, outputs: Dict[str, int], input_shapes, config: Con
         aliases, in_place = find_aliases(records, choices, shapes, layout_of, produced_at, pinned, in_segment)
         for t, why in in_place.items():
             choices[t] = replace(choices[t], algo=IN_PLACE, why=why)
+    rooted = {i: resolve(aliases, i) for i in aliases}          # value -> (root, byte offset in it)
     life = {i: (produced_at[i], last_read.get(i, produced_at[i])) for i in values if i not in pinned}
-    for i in aliases:
-        root = resolve(aliases, i)[0]
+    for i, (root, _) in rooted.items():
         (f0, l0), (f1, l1) = life[root], life[i]
         life[root] = (min(f0, f1), max(l0, l1))
     step = {v: seg.step for seg in segments for v in seg.internal}      # a segment's values: a call's images
@@ -250,8 +250,7 @@ def build_plan(nodes, params, outputs: Dict[str, int], input_shapes, config: Con
     else:
         (offsets, total), guards = A.plan_offsets(buffers, reuse=plan_memory), ()
     offsets[ABSENT] = ABSENT
-    for i in aliases:
-        root, off = resolve(aliases, i)
+    for i, (root, off) in rooted.items():
         offsets[i] = offsets[root] + off
     thunks = []
     for k, (rec, choice, (sid, pid)) in enumerate(zip(records, choices, slots)):
