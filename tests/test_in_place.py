@@ -152,3 +152,79 @@ def test_a_flatten_of_a_computed_value_reads_its_bytes():
         for k in ref:
             assert_close(out[k], ref[k], 1e-4, k)
         np.testing.assert_array_equal(out["raw"], xv.reshape(1, -1))
+
+
+def _decoder_graph(rng, c=16):
+    """A UNet decoder level at any batch: the skip `a`, read by a max pool and the concat; a
+    nearest 2x resize and a 2x2 stride-2 transposed conv of the level below, each read by
+    the concat alone; a 1x1 conv on the concat."""
+    g = rx.Graph()
+    x = g.input("x", (None, 4, 8, 6))
+    a = g.relu(g.conv(x, g.param("w0", rand(rng, c, 4, 3, 3, scale=0.3)), padding=1), name="skip")
+    low = g.relu(g.conv(g.pool(a, "max", 2), g.param("w1", rand(rng, 2 * c, c, 3, 3, scale=0.2)), padding=1),
+                 name="low")
+    up = g.resize_nearest2x(low, name="up")
+    t = g.conv_transpose2d(low, g.param("wt", rand(rng, 2 * c, c, 2, 2, scale=0.2)), stride=2, name="tconv")
+    cat = g.concat([up, a, t], 1, name="cat")
+    g.output("y", g.conv(cat, g.param("w4", rand(rng, 8, 4 * c, 1, 1, scale=0.3)), name="head"))
+    return g, up
+
+
+@pytest.mark.parametrize("width", [16, 8])
+def test_a_decoder_concat_at_batch_3_takes_the_resize_and_the_transposed_conv_in_their_slices(width):
+    """Batch 3: the concat's slices are strided, image n of each at n times the output's
+    image bytes. The resize and the transposed conv (patches) write theirs straight there,
+    told the stride; the concat copies only the skip, which a pool reads too. The numbers
+    are the copying plan's (the same kernels) and the reference's; validate() reads the
+    strided slices; with guard zones, nothing is written outside them."""
+    rng = np.random.default_rng(5)
+    g, _ = _decoder_graph(rng)
+    xv = rand(rng, 3, 4, 8, 6)
+    config, algos = rx.Config(simd_width=width), {"tconv": "nchwc_subpixel"}
+    exe = rx.compile(g, config, algos=algos)
+    th = _thunks(exe, {"x": xv.shape})
+    cat, up, tconv, skip = th["cat"], th["up"], th["tconv"], th["skip"]
+    layout = cat.layout("y")
+    image = stored_bytes((1, 64, 8, 6), layout)
+    slice_of = {c: stored_bytes((1, c, 8, 6), layout) for c in (32, 48)}   # where the skip and tconv start
+    assert cat.algo == "nchwc_concat" and dict(cat.image_strides) == {"x0": image, "x2": image}, exe.explain()
+    x0, x1, x2, y = cat.offsets
+    assert (x0, x2) == (y, y + slice_of[48]) and not y <= x1 < y + 3 * image
+    assert up.off("y") == x0 and up.image_stride("y", 0) == image
+    assert tconv.off("y") == x2 and tconv.image_stride("y", 0) == image
+    assert skip.image_strides == () and dict(skip.image_strides).get("y") is None
+    explained = exe.explain()
+    assert "x0, x2 written straight into their slices of the output by their producers" in explained
+    assert "copies the other 1 of its 3 inputs" in explained and "writes straight into its slice" in explained
+    out = exe.run({"x": xv})["y"]
+    copied = rx.compile(g, rx.Config(simd_width=width, in_place=False), algos=algos)
+    assert _thunks(copied, {"x": xv.shape})["cat"].image_strides == ()
+    np.testing.assert_array_equal(out, copied.run({"x": xv})["y"])
+    assert_close(out, rx.compile(g, REFERENCE).run({"x": xv})["y"], 1e-4, "strided concat")
+    assert exe.validate({"x": xv}).ok
+    guarded = rx.compile(g, config, plan_memory=False, guard_bytes=256, algos=algos)
+    assert dict(_thunks(guarded, {"x": xv.shape})["cat"].image_strides) == {"x0": image, "x2": image}
+    np.testing.assert_array_equal(guarded.run({"x": xv})["y"], out)
+    assert guarded.guard_violations() == []
+
+
+def test_a_strided_slice_needs_the_concat_as_its_only_reader():
+    """The resize's output also read by a second node (then it keeps its own bytes and the
+    concat copies it); at batch 1 the whole concat is in place as before; a batch of 2 after
+    a batch of 3 on one executable, each right."""
+    rng = np.random.default_rng(6)
+    g, up = _decoder_graph(rng)
+    g.output("up_sum", g.global_avg_pool(up))
+    exe = rx.compile(g, rx.Config(simd_width=16), algos={"tconv": "nchwc_subpixel"})
+    ref = rx.compile(g, REFERENCE)
+    for n in (3, 1, 2):
+        xv = rand(rng, n, 4, 8, 6)
+        th = _thunks(exe, {"x": xv.shape})
+        if n == 1:
+            assert th["cat"].algo == IN_PLACE, exe.explain()
+        else:
+            assert dict(th["cat"].image_strides).keys() == {"x2"}, exe.explain()
+            assert th["up"].image_strides == ()
+        out, want = exe.run({"x": xv}), ref.run({"x": xv})
+        for k in want:
+            assert_close(out[k], want[k], 1e-4, f"{k} at batch {n}")

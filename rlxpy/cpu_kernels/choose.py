@@ -574,7 +574,8 @@ def subpixel_choice(rec, ctx: ChoiceContext, why: str) -> Choice:
            f"one stride-1 vector conv per output phase ({len(subpixel.phases(rec))} of them, NCHW{lanes}c)")
     return _capped(Choice("nchwc_subpixel", f"{why}: {how}",
                           4 * subpixel.scratch_floats(rec, lanes), 4 * subpixel.persistent_floats(rec, lanes),
-                          Tiling(lanes=lanes), ((src, blocked(lanes)), (dst, blocked(lanes)))))
+                          Tiling(lanes=lanes), ((src, blocked(lanes)), (dst, blocked(lanes))),
+                          strided_out=(dst,) if subpixel.patches(rec) else ()))
 
 
 # A strided 2-D transposed conv at 16 lanes takes nchwc_subpixel from this much work on:
@@ -713,7 +714,8 @@ def choose_resize_nearest2x(rec, ctx: ChoiceContext) -> Choice:
         # between blocked kernels (a U-Net's decoder): stays blocked, sparing two reorders;
         # alone, the plain kernel needs none
         return Choice("nchwc_resize", f"between blocked neighbours: NCHW{lanes}c, one vector of channels a pixel",
-                      tiling=Tiling(lanes=lanes), layouts=(("x", blocked(lanes)), ("y", blocked(lanes))))
+                      tiling=Tiling(lanes=lanes), layouts=(("x", blocked(lanes)), ("y", blocked(lanes))),
+                      strided_out=("y",))
     return parallel("resize_nearest2x", ctx.config)
 
 

@@ -1716,16 +1716,18 @@ def reduce_spatial(a, x0, ya, y0, N, C, S, mean, L):
 
 
 @parallel_kernel
-def resize_nearest2x(a, x0, y0, N, C, H, Wi, L):
-    """Blocked x [N, CB, H*W, V] -> blocked y [N, CB, 2H*2W, V]: each input vector stored to
-    its 4 output pixels. Work items: (image, channel block, input row)."""
+def resize_nearest2x(a, x0, y0, N, C, H, Wi, ys, L):
+    """Blocked x [N, CB, H*W, V] -> blocked y [N, CB, 2H*2W, V], y's images ys floats apart
+    (CB * 4HW * V, or more in a concat's slice): each input vector stored to its 4 output
+    pixels. Work items: (image, channel block, input row)."""
     CB = (C + nlanes(L) - 1) // nlanes(L)
     for it in prange(N * CB * H):
         V = nlanes(L)
         q = it // H                    # image * CB + block
         h = it - q * H
+        n = q // CB
         src = x0 + (q * H + h) * Wi * V
-        top = y0 + (q * 2 * H + 2 * h) * 2 * Wi * V
+        top = y0 + n * ys + ((q - n * CB) * 2 * H + 2 * h) * 2 * Wi * V
         below = top + 2 * Wi * V
         for w in range(Wi):
             v = vload(a, src + w * V, L)

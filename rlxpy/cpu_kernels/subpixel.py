@@ -147,10 +147,11 @@ def pack_patches(w, b, a, p0: int, cbg: int, ocb: int, L):
 
 
 @parallel_kernel
-def scatter_patches(a, s0, y0, N, OCB, D, H, W, sd, sh, sw, L):
+def scatter_patches(a, s0, y0, N, OCB, D, H, W, sd, sh, sw, ys, L):
     """The merged 1x1 conv's output [N, phases, OCB, D*H*W, V] at s0 to blocked y [N, OCB,
-    D*sd, H*sh, W*sw, V] at y0: phase (rd, rh, rw) of input pixel (z, i, j) is output pixel
-    (z*sd + rd, i*sh + rh, j*sw + rw). Items are output rows, written left to right."""
+    D*sd, H*sh, W*sw, V] at y0, its images ys floats apart (OCB times a plane, or more in a
+    concat's slice): phase (rd, rh, rw) of input pixel (z, i, j) is output pixel (z*sd + rd,
+    i*sh + rh, j*sw + rw). Items are output rows, written left to right."""
     OD, OH, OW = D * sd, H * sh, W * sw
     PH = sd * sh * sw
     S = D * H * W
@@ -164,7 +165,7 @@ def scatter_patches(a, s0, y0, N, OCB, D, H, W, sd, sh, sw, L):
         n = r // OCB
         z = oz // sd
         i = oy // sh
-        dst = y0 + (((n * OCB + ob) * OD + oz) * OH + oy) * OW * V
+        dst = y0 + n * ys + ((ob * OD + oz) * OH + oy) * OW * V
         for rw in range(sw):
             ph = ((oz - z * sd) * sh + oy - i * sh) * sw + rw
             src = s0 + (((n * PH + ph) * OCB + ob) * S + (z * H + i) * W) * V

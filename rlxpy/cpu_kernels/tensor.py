@@ -593,11 +593,12 @@ BINARY_SAME = {"add": binary_add, "sub": binary_sub, "mul": binary_mul, "div": b
 
 
 @parallel_kernel
-def concat_blocks(a, src_off, src_blocks, y0, N, CBy, SV, parts, L):
+def concat_blocks(a, src_off, src_blocks, src_copied, y0, N, CBy, SV, parts, L):
     """Blocked inputs [N, src_blocks[i], SV] at a[src_off[i]:] into blocked y [N, CBy, SV]
-    at a[y0:], along the blocks (SV: a block's floats). Work items: (image, block of y, one
-    of `parts` runs of it): numpy's concatenate copied on one thread (the UNet's 48-channel
-    concat at batch 8: 114 us against onnxruntime's 67)."""
+    at a[y0:], along the blocks (SV: a block's floats); an input whose src_copied[i] is 0
+    is already in its slice (written there by its producer) and not copied. Work items:
+    (image, block of y, one of `parts` runs of it): numpy's concatenate copied on one thread
+    (the UNet's 48-channel concat at batch 8: 114 us against onnxruntime's 67)."""
     run = (SV // nlanes(L) + parts - 1) // parts * nlanes(L)
     for it in prange(N * CBy * parts):
         V = nlanes(L)
@@ -610,6 +611,8 @@ def concat_blocks(a, src_off, src_blocks, y0, N, CBy, SV, parts, L):
         while cb >= base + src_blocks[i]:
             base += src_blocks[i]
             i += 1
+        if src_copied[i] == 0:
+            continue
         src = src_off[i] + (n * src_blocks[i] + cb - base) * SV
         dst = y0 + r * SV
         for q in range(part * run, min(SV, part * run + run), V):

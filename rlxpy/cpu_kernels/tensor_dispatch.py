@@ -415,9 +415,11 @@ def _blocked_concat(t, arena):
     cby = g.y_shape[1] // v
     # runs of a block per item: enough items for 4 a thread
     parts = max(1, min(s, -(-4 * _threads() // (n * cby))))
+    # an input with an image stride of its own lives in its slice already (in_place.find_aliases)
+    copied = np.array([f"x{i}" not in dict(t.image_strides) for i in range(len(sizes))], np.int64)
     return tensor.concat_blocks, (arena, np.array([t.off(f"x{i}") // 4 for i in range(len(sizes))], np.int64),
-                                  np.array([c // v for c in sizes], np.int64), t.off("y") // 4, n, cby, s * v, parts,
-                                  simd.lanes(v))
+                                  np.array([c // v for c in sizes], np.int64), copied, t.off("y") // 4, n, cby, s * v,
+                                  parts, simd.lanes(v))
 
 
 for _t in TR.CONCAT.values():

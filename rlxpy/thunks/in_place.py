@@ -10,6 +10,13 @@ slices, and a run skips the copy (a UNet at batch 1: its two concats were 27 us 
 run on 2 Zen4 cores). A reshape of a plain value is the same bytes. Values a run's caller
 sees (graph inputs and outputs, params) keep bytes of their own: they are read or written
 in place by the executor (sole inputs and outputs), which an alias would bypass.
+
+At a batch over 1 a blocked concat's slices are strided: image n of input k sits at n times
+the output's image bytes. An input that the concat alone reads, made by a kernel that can
+write with a wider image stride (Choice.strided_out: the nearest resize, the transposed
+conv's patches), is aliased into its slice all the same, its thunks told the stride
+(Thunk.image_strides); the concat then copies only its other inputs (the UNet at batch 8:
+its resize's 4 MB went through the concat's copy again).
 """
 from __future__ import annotations
 
@@ -48,15 +55,41 @@ def concat_slices(rec: ConcatBase, shapes, layout: str) -> "List[int] | None":
     return offsets if at == stored_bytes(y_shape, layout) else None
 
 
+def strided_slices(rec: ConcatBase, shapes, layout: str) -> "Tuple[List[int], int] | None":
+    """(byte offset of each input's slice in image 0 of the concat's output, the output's
+    bytes an image) for a blocked concat of whole blocks along the channels at a batch over
+    1, else None."""
+    y_shape = shapes[rec.y]
+    axis, sizes = rec.geometry.params
+    lanes = lanes_of(layout)
+    if not lanes or axis != 1 or len(y_shape) < 3 or y_shape[0] < 2 or not all(c % lanes == 0 for c in sizes):
+        return None
+    inner = prod(y_shape[2:])
+    starts = [4 * inner * sum(sizes[:k]) for k in range(len(sizes))]
+    return starts, stored_bytes(y_shape, layout) // y_shape[0]
+
+
 def find_aliases(records: Sequence[Record], choices: Sequence[Choice], shapes, layout_of: Dict[int, str],
                  produced_at: Dict[int, int], pinned: Iterable[int], skip: Iterable[int] = ()
-                 ) -> Tuple[Dict[int, Tuple[int, int]], Dict[int, str]]:
-    """(aliases, why): value id -> (the value whose bytes it lives in, byte offset there), and
-    thunk index -> why it is in place, for the records that need no copy. skip: thunk indices
-    left as they are (those called image by image)."""
+                 ) -> Tuple[Dict[int, Tuple[int, int]], Dict[int, str], Dict[int, str], Dict[int, int]]:
+    """(aliases, why, partial, strides): value id -> (the value whose bytes it lives in, byte
+    offset there); thunk index -> why it is in place; thunk index -> which inputs a concat
+    that still copies the others no longer copies; and value id -> bytes between its images,
+    for values aliased into a strided slice. skip: thunk indices left as they are (those
+    called image by image)."""
     pinned, skip = frozenset(pinned), frozenset(skip)
     aliases: Dict[int, Tuple[int, int]] = {}
     why: Dict[int, str] = {}
+    partial: Dict[int, str] = {}
+    strides: Dict[int, int] = {}
+    reads: Dict[int, int] = {}
+    for rec in records:
+        for role in rec.INPUTS:
+            reads[getattr(rec, role)] = reads.get(getattr(rec, role), 0) + 1
+
+    def strided_writer(v: int) -> bool:     # its kernel can write v with a wider image stride
+        rec = records[produced_at[v]]
+        return any(getattr(rec, r) == v for r in choices[produced_at[v]].strided_out)
 
     def made(v: int) -> bool:       # written by a thunk run whole, seen by no caller
         return v in produced_at and produced_at[v] not in skip and v not in pinned
@@ -68,20 +101,36 @@ def find_aliases(records: Sequence[Record], choices: Sequence[Choice], shapes, l
         layout = layout_of.get(rec.y, PLAIN)
         if isinstance(rec, ConcatBase):
             parts = [getattr(rec, r) for r in rec.INPUTS]
-            if len(set(parts)) != len(parts) or not all(made(p) and p not in aliases and layout_of.get(p, PLAIN) == layout
-                                                        for p in parts):
+            if len(set(parts)) != len(parts) or any(layout_of.get(p, PLAIN) != layout for p in parts):
                 continue
-            offsets = concat_slices(rec, shapes, layout)
-            if offsets is None:
+            free = [made(p) and p not in aliases for p in parts]
+            offsets = concat_slices(rec, shapes, layout) if all(free) else None
+            if offsets is not None:
+                for p, off in zip(parts, offsets):
+                    aliases[p] = (rec.y, off)
+                why[t] = (f"in place: its {len(parts)} inputs are written straight into their slices of its output "
+                          f"(each slice contiguous{', whole blocks' if lanes_of(layout) else ''}): no copy")
                 continue
-            for p, off in zip(parts, offsets):
-                aliases[p] = (rec.y, off)
-            why[t] = (f"in place: its {len(parts)} inputs are written straight into their slices of its output "
-                      f"(each slice contiguous{', whole blocks' if lanes_of(layout) else ''}): no copy")
+            strided = strided_slices(rec, shapes, layout)
+            own = [k for k, p in enumerate(parts) if free[k] and reads.get(p) == 1 and strided_writer(p)]
+            if strided is None or not own:
+                continue
+            starts, image = strided
+            for k in own:
+                aliases[parts[k]] = (rec.y, starts[k])
+                strides[parts[k]] = image
+            names = ", ".join(rec.INPUTS[k] for k in own)
+            one = len(own) == 1
+            said = (f"{names} written straight into {'its slice' if one else 'their slices'} of the output by "
+                    f"{'its producer' if one else 'their producers'}, {image} bytes an image apart")
+            if len(own) == len(parts):
+                why[t] = f"in place: {said}: no copy"
+            else:
+                partial[t] = f"{said}; copies the other {len(parts) - len(own)} of its {len(parts)} inputs"
         elif layout == PLAIN and layout_of.get(rec.x, PLAIN) == PLAIN and made(rec.x):
             aliases[rec.y] = (rec.x, 0)
             why[t] = "in place: the same bytes as its input, read as the new shape: no copy"
-    return aliases, why
+    return aliases, why, partial, strides
 
 
 def resolve(aliases: Dict[int, Tuple[int, int]], v: int) -> Tuple[int, int]:

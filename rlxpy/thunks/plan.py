@@ -225,12 +225,20 @@ def build_plan(nodes, params, outputs: Dict[str, int], input_shapes, config: Con
                                        config.per_image_mib * 2 ** 20))     # (inf: none)
     # concats and reshapes that need no copy (in_place.py): their thunks run nothing, each
     # aliased value lives inside its root's buffer, which lives as long as all of them
-    aliases = {}
+    aliases, strides = {}, {}
     if config.fast_conv and config.in_place:
         in_segment = {k for seg in segments for k in range(seg.start, seg.stop)}
-        aliases, in_place = find_aliases(records, choices, shapes, layout_of, produced_at, pinned, in_segment)
+        aliases, in_place, partial, strides = find_aliases(records, choices, shapes, layout_of, produced_at, pinned,
+                                                           in_segment)
         for t, why in in_place.items():
             choices[t] = replace(choices[t], algo=IN_PLACE, why=why)
+        for t, why in partial.items():
+            choices[t] = replace(choices[t], why=f"{choices[t].why}; {why}")
+        for v in strides:
+            t = produced_at[v]
+            concat = records[next(k for k, r in enumerate(records) if v in r.value_ids()[:len(r.INPUTS)])].node
+            choices[t] = replace(choices[t], why=f"{choices[t].why}; writes straight into its slice of the output of {concat} "
+                                                 f"({strides[v]} bytes an image apart)")
     rooted = {i: resolve(aliases, i) for i in aliases}          # value -> (root, byte offset in it)
     life = {i: (produced_at[i], last_read.get(i, produced_at[i])) for i in values if i not in pinned}
     for i, (root, _) in rooted.items():
@@ -261,7 +269,8 @@ def build_plan(nodes, params, outputs: Dict[str, int], input_shapes, config: Con
                         f"held one image at a time)")
         th = Thunk(rec, choice.algo, why, tuple(offsets[v] for v in rec.value_ids()),
                    offsets[sid], choice.scratch_bytes, offsets[pid], choice.persistent_bytes, choice.tiling,
-                   tuple((r, layout_of[v]) for r, v in zip(rec.roles(), rec.value_ids()) if v in layout_of))
+                   tuple((r, layout_of[v]) for r, v in zip(rec.roles(), rec.value_ids()) if v in layout_of),
+                   tuple((r, strides[v]) for r, v in zip(rec.roles(), rec.value_ids()) if v in strides))
         assert all(o == ABSENT or o % A.ALIGN == 0 for o in th.offsets + (th.scratch_off, th.persistent_off))
         thunks.append(th)
     in_names = {nodes[i].name: i for i in order if nodes[i].op == "Input"}

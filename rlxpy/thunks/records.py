@@ -193,6 +193,9 @@ class Choice:
     # at a batch smaller than the threads, they split the output's channels (each writes some
     # channel blocks of every pixel), not its pixels: what a consumer's split may follow
     splits_channels: bool = False
+    # output roles the kernel can also write inside a wider buffer, its images further apart
+    # than its own (a blocked concat's slice at a batch over 1: in_place.find_aliases)
+    strided_out: Tuple[str, ...] = ()
 
     def layout(self, role: str) -> str:
         return dict(self.layouts).get(role, PLAIN)
@@ -211,9 +214,17 @@ class Thunk:
     persistent_bytes: int = 0
     tiling: Tiling = Tiling()
     layouts: Tuple[Tuple[str, str], ...] = ()   # (role, layout) as stored in the arena, where not plain
+    # (role, bytes from one image to the next) of a value stored inside a wider buffer (its
+    # slice of a concat's output at a batch over 1); other roles' images are contiguous
+    image_strides: Tuple[Tuple[str, int], ...] = ()
 
     def layout(self, role: str) -> str:
         return dict(self.layouts).get(role, PLAIN)
+
+    def image_stride(self, role: str, own: int) -> int:
+        """Bytes from one image of a role to the next: `own` (its stored bytes an image)
+        unless it lives inside a wider buffer."""
+        return dict(self.image_strides).get(role, own)
 
     @property
     def node(self) -> str:
