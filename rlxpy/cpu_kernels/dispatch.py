@@ -562,9 +562,8 @@ def _patches(t, arena):
     conv = (arena, t.off(in_role) // 4, p0, arena, s0, False, m.y_shape[1], m.x_shape[0], *m.x_shape[2:],
             *m.y_shape[2:], 1, 1, cb, ocb_all, chunk, gpairs, nchwc.no_epilogue_args(arena), simd.lanes(lanes))
     lift = (1,) * (5 - len(src))
-    image = ocb * prod(dst[2:]) * lanes * 4                 # y's own bytes an image
     move = (arena, s0, t.off(out_role) // 4, src[0], ocb, *lift, *src[2:], *lift, *g.stride,
-            t.image_stride(out_role, image) // 4, simd.lanes(lanes))
+            t.image_stride(out_role, dst) // 4, simd.lanes(lanes))
     w = at(t, arena, "w", (src[1], dst[1]) + tuple(g.kernel))
     return conv, move, (w, bias_of(t, arena), arena, p0, cb, ocb, simd.lanes(lanes))
 
@@ -679,10 +678,8 @@ def im2col_parallel(t, arena):
 @runs(R.ResizeNearest2x, "nchwc_resize")
 def resize_nearest2x_nchwc(t, arena):
     n, c, h, w = t.record.geometry.x_shape
-    lanes = t.tiling.lanes
-    image = -(-c // lanes) * 4 * h * w * lanes * 4           # y's own bytes an image
     return nchwc.resize_nearest2x, (arena, t.off("x") // 4, t.off("y") // 4, n, c, h, w,
-                                    t.image_stride("y", image) // 4, simd.lanes(lanes))
+                                    t.image_stride("y", (n, c, 2 * h, 2 * w)) // 4, simd.lanes(t.tiling.lanes))
 
 
 @runs(R.ResizeNearest2x, "parallel")

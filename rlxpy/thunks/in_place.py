@@ -70,22 +70,19 @@ def strided_slices(rec: ConcatBase, shapes, layout: str) -> "Tuple[List[int], in
 
 
 def find_aliases(records: Sequence[Record], choices: Sequence[Choice], shapes, layout_of: Dict[int, str],
-                 produced_at: Dict[int, int], pinned: Iterable[int], skip: Iterable[int] = ()
+                 produced_at: Dict[int, int], reads: Dict[int, list], pinned: Iterable[int], skip: Iterable[int] = ()
                  ) -> Tuple[Dict[int, Tuple[int, int]], Dict[int, str], Dict[int, str], Dict[int, int]]:
-    """(aliases, why, partial, strides): value id -> (the value whose bytes it lives in, byte
-    offset there); thunk index -> why it is in place; thunk index -> which inputs a concat
-    that still copies the others no longer copies; and value id -> bytes between its images,
-    for values aliased into a strided slice. skip: thunk indices left as they are (those
-    called image by image)."""
+    """(aliases, why, notes, strides): value id -> (the value whose bytes it lives in, byte
+    offset there); thunk index -> why it is in place; thunk index -> what its `why` gains
+    (a concat that copies only some inputs, the producers writing into its strided slices);
+    and value id -> bytes between its images, for values aliased into a strided slice.
+    reads: value id -> the (thunk, role) reading it. skip: thunk indices left as they are
+    (those called image by image)."""
     pinned, skip = frozenset(pinned), frozenset(skip)
     aliases: Dict[int, Tuple[int, int]] = {}
     why: Dict[int, str] = {}
-    partial: Dict[int, str] = {}
+    notes: Dict[int, str] = {}
     strides: Dict[int, int] = {}
-    reads: Dict[int, int] = {}
-    for rec in records:
-        for role in rec.INPUTS:
-            reads[getattr(rec, role)] = reads.get(getattr(rec, role), 0) + 1
 
     def strided_writer(v: int) -> bool:     # its kernel can write v with a wider image stride
         rec = records[produced_at[v]]
@@ -112,13 +109,15 @@ def find_aliases(records: Sequence[Record], choices: Sequence[Choice], shapes, l
                           f"(each slice contiguous{', whole blocks' if lanes_of(layout) else ''}): no copy")
                 continue
             strided = strided_slices(rec, shapes, layout)
-            own = [k for k, p in enumerate(parts) if free[k] and reads.get(p) == 1 and strided_writer(p)]
+            own = [k for k, p in enumerate(parts) if free[k] and len(reads.get(p, ())) == 1 and strided_writer(p)]
             if strided is None or not own:
                 continue
             starts, image = strided
             for k in own:
                 aliases[parts[k]] = (rec.y, starts[k])
                 strides[parts[k]] = image
+                notes[produced_at[parts[k]]] = (f"writes straight into its slice of the output of {rec.node} "
+                                                f"({image} bytes an image apart)")
             names = ", ".join(rec.INPUTS[k] for k in own)
             one = len(own) == 1
             said = (f"{names} written straight into {'its slice' if one else 'their slices'} of the output by "
@@ -126,11 +125,11 @@ def find_aliases(records: Sequence[Record], choices: Sequence[Choice], shapes, l
             if len(own) == len(parts):
                 why[t] = f"in place: {said}: no copy"
             else:
-                partial[t] = f"{said}; copies the other {len(parts) - len(own)} of its {len(parts)} inputs"
+                notes[t] = f"{said}; copies the other {len(parts) - len(own)} of its {len(parts)} inputs"
         elif layout == PLAIN and layout_of.get(rec.x, PLAIN) == PLAIN and made(rec.x):
             aliases[rec.y] = (rec.x, 0)
             why[t] = "in place: the same bytes as its input, read as the new shape: no copy"
-    return aliases, why, partial, strides
+    return aliases, why, notes, strides
 
 
 def resolve(aliases: Dict[int, Tuple[int, int]], v: int) -> Tuple[int, int]:

@@ -228,17 +228,12 @@ def build_plan(nodes, params, outputs: Dict[str, int], input_shapes, config: Con
     aliases, strides = {}, {}
     if config.fast_conv and config.in_place:
         in_segment = {k for seg in segments for k in range(seg.start, seg.stop)}
-        aliases, in_place, partial, strides = find_aliases(records, choices, shapes, layout_of, produced_at, pinned,
-                                                           in_segment)
+        aliases, in_place, notes, strides = find_aliases(records, choices, shapes, layout_of, produced_at, reads,
+                                                         pinned, in_segment)
         for t, why in in_place.items():
             choices[t] = replace(choices[t], algo=IN_PLACE, why=why)
-        for t, why in partial.items():
-            choices[t] = replace(choices[t], why=f"{choices[t].why}; {why}")
-        for v in strides:
-            t = produced_at[v]
-            concat = records[next(k for k, r in enumerate(records) if v in r.value_ids()[:len(r.INPUTS)])].node
-            choices[t] = replace(choices[t], why=f"{choices[t].why}; writes straight into its slice of the output of {concat} "
-                                                 f"({strides[v]} bytes an image apart)")
+        for t, note in notes.items():
+            choices[t] = replace(choices[t], why=f"{choices[t].why}; {note}")
     rooted = {i: resolve(aliases, i) for i in aliases}          # value -> (root, byte offset in it)
     life = {i: (produced_at[i], last_read.get(i, produced_at[i])) for i in values if i not in pinned}
     for i, (root, _) in rooted.items():

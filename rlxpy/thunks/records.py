@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Tuple
 
-from .layout import PLAIN
+from .layout import PLAIN, stored_bytes
 from .geometry import ConvGeometry, Im2ColGeometry, PoolGeometry, ReorderGeometry, ResizeGeometry
 
 ABSENT = -1   # a role with no value (a conv without bias), as value id and as offset
@@ -221,10 +221,11 @@ class Thunk:
     def layout(self, role: str) -> str:
         return dict(self.layouts).get(role, PLAIN)
 
-    def image_stride(self, role: str, own: int) -> int:
-        """Bytes from one image of a role to the next: `own` (its stored bytes an image)
-        unless it lives inside a wider buffer."""
-        return dict(self.image_strides).get(role, own)
+    def image_stride(self, role: str, shape) -> int:
+        """Bytes from one image of a role (of this shape) to the next: its own stored bytes
+        an image, unless it lives inside a wider buffer."""
+        stride = dict(self.image_strides).get(role)
+        return stored_bytes(shape, self.layout(role)) // shape[0] if stride is None else stride
 
     @property
     def node(self) -> str:
