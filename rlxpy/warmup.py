@@ -65,6 +65,15 @@ def jobs(widths: Iterable[int]) -> List[Tuple[str, Callable[[], None]]]:
                     for algo in VECTOR_ALGOS:
                         rx.compile(g, fast.replace(conv_algo=algo)).run(inputs)
             out.append((f"{case.id} (width {width})", job))
+        def fly(fast=fast):
+            # winograd_f4's conv_fly: its rule takes 512 channels at 7x7 at every width
+            # (the case table's small convs take it only at 16 lanes)
+            g = rx.Graph()
+            x = g.input("x", (1, 512, 7, 7))
+            g.output("y", g.conv(x, g.param("w", np.full((512, 512, 3, 3), 0.01, np.float32)), padding=1))
+            rx.compile(g, fast.replace(winograd="f4")).run({"x": np.ones((1, 512, 7, 7), np.float32)})
+        if width > 1:
+            out.append((f"winograd_f4 on the fly (width {width})", fly))
         for config in (fast, ref):
             def ops(config=config, width=width):
                 for channels in sorted({width, 3}):

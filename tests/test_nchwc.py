@@ -822,17 +822,37 @@ def test_the_plain_input_kernel_reads_a_graph_input_where_the_caller_holds_it(wi
 F4_TOL = 1e-3
 
 
+ON_THE_FLY = "filters transformed on the fly"
+
+
+@pytest.fixture(params=["conv", "conv_fly"])
+def f4_kernel(request, monkeypatch):
+    """winograd_f4's kernel forced for the test: U packed once (conv) or the raw filters
+    transformed in registers each run (conv_fly), whatever its rule would pick."""
+    from rlxpy.cpu_kernels import winograd_f4
+    monkeypatch.setattr(winograd_f4, "on_the_fly", lambda g, lanes: request.param == "conv_fly")
+    return request.param
+
+
+def assert_f4_kernel(th, kernel, width):
+    """The thunk ran winograd_f4 at this width, with this kernel (explain's words and tiling)."""
+    from rlxpy.cpu_kernels import winograd_f4
+    assert (th.algo, th.tiling.lanes) == ("winograd_f4", width), th.why
+    assert (ON_THE_FLY in th.why) == (kernel == "conv_fly"), th.why
+    assert (th.tiling.tile == winograd_f4.fly_tiles(width)) == (kernel == "conv_fly"), th.tiling
+
+
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: c.id)
-def test_winograd_f4_matches_reference_at_every_width(case, width):
+def test_winograd_f4_matches_reference_at_every_width(case, width, f4_kernel):
     ref, _, _, _ = run_case(case, REFERENCE, seed=52)
     out, exe, _, _ = run_case(case, rx.Config(winograd="f4", simd_width=width), seed=52)
     th = main_thunk(exe)
     (_, x), (_, w) = case.inputs[0], case.params[0]
     kw = case.kw
     if len(x) == 4 and w[2:] == (3, 3) and kw["stride"] == 1 and kw["dilation"] == 1 and kw["groups"] == 1:
-        assert (th.algo, th.tiling.lanes) == ("winograd_f4", width), exe.explain()
-        assert_close(out, ref, F4_TOL, f"winograd_f4 {width} {case.id}")
+        assert_f4_kernel(th, f4_kernel, width)
+        assert_close(out, ref, F4_TOL, f"winograd_f4 {f4_kernel} {width} {case.id}")
     else:
         assert th.algo != "winograd_f4"
         assert_close(out, ref, TOL, f"{th.algo} {width} {case.id}")
@@ -906,6 +926,68 @@ def test_winograd_f4_work_split_keeps_both_workers_busy():
         assert winograd_f4.work_split(geo(1, c, hw), 8, 1)[1] == 1
 
 
+def test_winograd_f4_transforms_filters_on_the_fly_where_measured_faster(monkeypatch):
+    """on_the_fly's rule on a 1 MiB L2 (the Zen4 it was measured on; winograd_f4.on_the_fly
+    has the numbers): at 16 lanes a batch of at most 2 groups of 4 tiles, or a U over 4 MiB;
+    at 8 lanes and 1 only a U over 16 MiB on planes of at most 4 tiles."""
+    from types import SimpleNamespace
+    from rlxpy.cpu_kernels import winograd_f4
+    monkeypatch.setattr(winograd_f4, "l2_bytes", lambda: 1 << 20)
+
+    def fly(n, c, hw, lanes):
+        return winograd_f4.on_the_fly(SimpleNamespace(x_shape=(n, c, hw, hw), y_shape=(n, c, hw, hw)), lanes)
+    assert all(fly(*a, 16) for a in ((1, 512, 7), (8, 512, 7), (1, 256, 14), (4, 256, 14), (1, 256, 28), (1, 64, 7),
+                                     (2, 16, 7)))
+    assert not any(fly(*a, 16) for a in ((1, 128, 28), (4, 128, 14), (1, 128, 56), (3, 16, 7)))
+    assert all(fly(*a, lanes) for a in ((1, 512, 7), (2, 512, 7), (8, 512, 7)) for lanes in (8, 1))
+    assert not any(fly(*a, lanes) for a in ((1, 512, 14), (1, 256, 14), (1, 256, 7), (1, 64, 7)) for lanes in (8, 1))
+
+
+def test_winograd_f4_on_the_fly_keeps_the_raw_filters():
+    """A 64 -> 64 conv on a 7x7 plane at 16 lanes (4 tiles, one group): conv_fly, said by
+    explain, its persistent buffer the raw filters (9 floats a channel pair, not U's 36),
+    the bias and a block of zeros; at 8 lanes the packed U."""
+    rng = np.random.default_rng(57)
+    g = rx.Graph()
+    x = g.input("x", (1, 64, 7, 7))
+    g.output("y", g.conv(x, g.param("w", rand(rng, 64, 64, 3, 3, scale=0.1)), padding=1))
+    fly = main_thunk(rx.compile(g, rx.Config(winograd="f4", simd_width=16)))
+    assert_f4_kernel(fly, "conv_fly", 16)
+    assert "1 group(s) of 4 tiles, against 0.6 MiB of transformed filters read every run" in fly.why
+    assert fly.persistent_bytes == 4 * (9 * 64 * 64 + 64 + 16)
+    packed = main_thunk(rx.compile(g, rx.Config(winograd="f4", simd_width=8)))
+    assert_f4_kernel(packed, "conv", 8)
+    assert packed.persistent_bytes == 4 * (36 * 64 * 64 + 64 + 8)
+
+
+@pytest.mark.parametrize("runs", [1, 2, 3])
+@pytest.mark.parametrize("width", WIDTHS)
+def test_conv_fly_groups_cross_images_in_any_split(width, runs, monkeypatch):
+    """conv_fly's tile groups take the batch's tiles in order across images: 3 images of
+    5x6 (4 tiles each: 3 groups of 4 at 16 lanes, 6 of 2 at 8 and 1) and of 3x3 (a tile
+    each: a group with a dead tile at every width); 1 to 3 runs of output blocks (40
+    channels, 3 or 5 blocks); asymmetric padding; guard zones around every buffer; the
+    reference kernel's sums."""
+    from rlxpy.cpu_kernels import winograd_f4
+    monkeypatch.setattr(winograd_f4, "on_the_fly", lambda g, lanes: True)
+    monkeypatch.setattr(winograd_f4, "fly_split", lambda g, lanes, threads: runs)
+    rng = np.random.default_rng(58)
+    for shape in ((3, 24, 5, 6), (3, 24, 3, 3)):
+        g = rx.Graph()
+        x = g.input("x", shape)
+        g.output("y", g.conv(x, g.param("w", rand(rng, 40, 24, 3, 3, scale=0.2)), g.param("b", rand(rng, 40)),
+                             padding=((1, 0), (2, 1))))
+        xv = rand(rng, *shape)
+        want = rx.compile(g, REFERENCE).run({"x": xv})["y"]
+        exe = rx.compile(g, rx.Config(winograd="f4", simd_width=width), plan_memory=False, guard_bytes=256)
+        th = main_thunk(exe)
+        assert_f4_kernel(th, "conv_fly", width)
+        assert th.tiling.k_blocks == runs
+        for _ in range(2):
+            assert_close(exe.run({"x": xv})["y"], want, F4_TOL, f"conv_fly {width} {runs} {shape}")
+            assert exe.guard_violations() == []
+
+
 TRANSPOSED_CASES = [c for c in cases("fast") if c.op in ("conv_transpose2d", "conv_transpose3d", "conv2d_backward_input")]
 
 
@@ -931,14 +1013,14 @@ def test_stride1_transposed_convs_and_input_gradients_run_as_vector_convs(case, 
 
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("case", TRANSPOSED_CASES, ids=lambda c: c.id)
-def test_rlx_winograd_f4_takes_stride1_3x3_transposed_convs_and_input_gradients(case, width):
+def test_rlx_winograd_f4_takes_stride1_3x3_transposed_convs_and_input_gradients(case, width, f4_kernel):
     ref, _, _, _ = run_case(case, REFERENCE, seed=56)
     out, exe, _, _ = run_case(case, rx.Config(winograd="f4", simd_width=width), seed=56)
     th = main_thunk(exe)
     kw, (_, w) = case.kw, case.params[0]
     if kw["stride"] == 1 and w[2:] == (3, 3) and kw["dilation"] == 1 and kw["groups"] == 1 and kw["padding"] in (0, 1, 2):
-        assert (th.algo, th.tiling.lanes) == ("winograd_f4", width), exe.explain()
-        assert_close(out, ref, F4_TOL, f"winograd_f4 {width} {case.id}")
+        assert_f4_kernel(th, f4_kernel, width)
+        assert_close(out, ref, F4_TOL, f"winograd_f4 {f4_kernel} {width} {case.id}")
     else:
         assert th.algo != "winograd_f4"
         assert_close(out, ref, TOL, f"{th.algo} {width} {case.id}")

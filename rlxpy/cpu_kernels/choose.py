@@ -198,6 +198,18 @@ def depthwise_choice(g: ConvGeometry, ctx: ChoiceContext, why: str, passed=()) -
 
 def winograd_f4_choice(g: ConvGeometry, ctx: ChoiceContext, why: str, roles=("x", "y")) -> Choice:
     lanes = _lanes(ctx)
+    if winograd_f4.on_the_fly(g, lanes):
+        kq = winograd_f4.fly_split(g, lanes, ctx.threads)
+        u_mib = winograd_f4.u_bytes(g, lanes) / 2 ** 20
+        return _capped(Choice("winograd_f4", f"{why} (F(4x4,3x3) on NCHW{lanes}c, filters transformed on the fly: "
+                                             f"{winograd_f4.tile_groups(g, lanes)} group(s) of "
+                                             f"{winograd_f4.fly_tiles(lanes)} tiles, against {u_mib:.1f} MiB of "
+                                             f"transformed filters read every run; {kq} run(s) of output-channel "
+                                             f"blocks a group)",
+                              ctx.threads * 4 * winograd_f4.fly_slot_floats(g, lanes),
+                              4 * winograd_f4.fly_packed_floats(g, lanes),
+                              Tiling(tile=winograd_f4.fly_tiles(lanes), k_blocks=kq, lanes=lanes),
+                              ((roles[0], blocked(lanes)), (roles[1], blocked(lanes))), plain_ok=(roles[1],)))
     tb, kg = winograd_f4.work_split(g, lanes, ctx.threads)
     return _capped(Choice("winograd_f4", f"{why} (F(4x4,3x3) on NCHW{lanes}c, {tb} tiles x {kg} output-channel "
                                          f"group{'s' if kg > 1 else ''} a work item)",

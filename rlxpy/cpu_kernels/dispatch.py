@@ -400,20 +400,40 @@ def _f4_pack_args(t, arena):
     return w, bias_of(t, arena), arena, t.persistent_off // 4, simd.lanes(t.tiling.lanes)
 
 
+def _f4_on_the_fly(t) -> bool:
+    """Whether the thunk's choice was conv_fly (its tiling's tile, a fly_tiles group, is below
+    the packed kernel's tile blocks): the record says it, not the host it runs on, whose L2
+    may differ from the one that chose."""
+    return t.tiling.tile < winograd_f4.TILE_BLOCKS[0]
+
+
+def _f4_kernel(t):
+    """(kernel, pack) of winograd_f4: packed U, or raw filters transformed on the fly."""
+    if _f4_on_the_fly(t):
+        return winograd_f4.conv_fly, winograd_f4.fly_pack
+    return winograd_f4.conv, winograd_f4.pack
+
+
+def _f4_args(t, g, x_role, y_role, arena):
+    """winograd_f4's kernel args, conv's or conv_fly's (the same list)."""
+    (c, h, wi), (k, oh, ow) = g.x_shape[1:], g.y_shape[1:]
+    head = (arena, t.off(x_role) // 4, t.persistent_off // 4, arena, t.off(y_role) // 4, t.layout(y_role) == PLAIN,
+            k, g.x_shape[0], c, h, wi, oh, ow, *g.pad_begin, t.scratch_off // 4, slot_floats(t, _threads()))
+    split = (t.tiling.tile, t.tiling.k_blocks)        # conv_fly: (tiles a group, runs); conv: (tile block, groups)
+    return head + split + (simd.lanes(t.tiling.lanes),)
+
+
 @prepares(R.Conv2D, "winograd_f4")
 def winograd_f4_prepare(t, arena):
-    """A param's filters transformed (G g G^T) and packed, once per arena."""
-    return winograd_f4.pack, _f4_pack_args(t, arena)
+    """A param's filters transformed (G g G^T) and packed, or packed raw, once per arena."""
+    return _f4_kernel(t)[1], _f4_pack_args(t, arena)
 
 
 @runs(R.Conv2D, "winograd_f4")
 def conv_winograd_f4(t, arena):
     g = t.record.geometry
-    (c, h, wi), (k, oh, ow) = g.x_shape[1:], g.y_shape[1:]
-    args = (arena, t.off("x") // 4, t.persistent_off // 4, arena, t.off("y") // 4, t.layout("y") == PLAIN, k,
-            g.x_shape[0], c, h, wi, oh, ow, *g.pad_begin, t.scratch_off // 4, slot_floats(t, _threads()),
-            t.tiling.tile, t.tiling.k_blocks, simd.lanes(t.tiling.lanes))
-    return with_weights(winograd_f4.conv, args, t, winograd_f4.pack, _f4_pack_args(t, arena))
+    kernel, pack = _f4_kernel(t)
+    return with_weights(kernel, _f4_args(t, g, "x", "y", arena), t, pack, _f4_pack_args(t, arena))
 
 
 def _as_forward(t, arena):
@@ -425,31 +445,29 @@ def _as_forward(t, arena):
 
 
 def _transposed_f4(t, arena):
-    """(kernel args, pack args) of a stride-1 transposed conv or input gradient run as winograd_f4."""
+    """(kernel, kernel args, pack args) of a stride-1 transposed conv or input gradient run as
+    winograd_f4."""
     g, x_role, y_role, w, bias = _as_forward(t, arena)
-    (c, h, wi), (k, oh, ow) = g.x_shape[1:], g.y_shape[1:]
-    args = (arena, t.off(x_role) // 4, t.persistent_off // 4, arena, t.off(y_role) // 4, t.layout(y_role) == PLAIN,
-            k, g.x_shape[0], c, h, wi, oh, ow, *g.pad_begin, t.scratch_off // 4, slot_floats(t, _threads()),
-            t.tiling.tile, t.tiling.k_blocks, simd.lanes(t.tiling.lanes))
-    return args, (w, bias, arena, t.persistent_off // 4, simd.lanes(t.tiling.lanes))
+    kernel, pack = _f4_kernel(t)
+    return kernel, _f4_args(t, g, x_role, y_role, arena), (pack, w, bias, arena, t.persistent_off // 4,
+                                                           simd.lanes(t.tiling.lanes))
 
 
-def _pack_transposed_f4(pack):
-    w, b, arena, p0, lanes = pack
-    winograd_f4.pack(nchwc.forward_weights(w, 1), b, arena, p0, lanes)
+def _pack_transposed_f4(pack, w, b, arena, p0, lanes):
+    pack(nchwc.forward_weights(w, 1), b, arena, p0, lanes)
 
 
 @prepares(R.Conv2dBackwardInput, "winograd_f4")
 @prepares(R.ConvTranspose2d, "winograd_f4")
 def transposed_f4_prepare(t, arena):
-    return _pack_transposed_f4, (_transposed_f4(t, arena)[1],)
+    return _pack_transposed_f4, _transposed_f4(t, arena)[2]
 
 
 @runs(R.Conv2dBackwardInput, "winograd_f4")
 @runs(R.ConvTranspose2d, "winograd_f4")
 def transposed_winograd_f4(t, arena):
-    args, pack = _transposed_f4(t, arena)
-    return with_weights(winograd_f4.conv, args, t, _pack_transposed_f4, (pack,))
+    kernel, args, pack = _transposed_f4(t, arena)
+    return with_weights(kernel, args, t, _pack_transposed_f4, pack)
 
 
 def _y_at(ya_index: int):

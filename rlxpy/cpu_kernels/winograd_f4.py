@@ -13,6 +13,11 @@ scratch slot (work_split picks tb and the groups):
   3. output transform, bias, and the tile's live pixels stored into y (blocked, or plain).
 The filter transform U [36, OCB, CB, V, V] is computed once per arena for a param.
 
+Where the batch has few tiles and U is larger than a core's L2 (512 channels at 7x7: 4 tiles
+and 37.7 MB of U), reading U from memory each run costs more than its GEMMs; conv_fly then
+transforms the raw filters (9 floats a channel pair against U's 36) on the fly instead, in
+registers, one row of U at a time (on_the_fly).
+
 Its error is larger than a direct conv's: the transforms multiply by up to 8 (A) and 5
 (B) and divide by 24 (G), so a sum that cancels carries more rounding (tests/test_nchwc.py
 measures it against float64 and F(2x2,3x3)).
@@ -21,11 +26,12 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import prange
+from numba import literally, prange
 
-from .jit import inlined, parallel_kernel
+from .host import l2_bytes
+from .jit import inlined, kernel, parallel_kernel
 from .nchwc import _fma_6x2, _put_block, _put_tile, _tap, _zeros12, no_ep
-from .simd import nlanes, vadd, vfma, vload, vmul, vsplat, vstore, vsub, vzero
+from .simd import nlanes, vadd, vbcast, vfma, vload, vmul, vsplat, vstore, vsub, vzero
 
 TILE_BLOCKS = (6, 12, 18)     # 4x4 output tiles a work item may take: whole groups of 6 for the micro-kernel
 
@@ -104,6 +110,14 @@ def packed_floats(g, lanes: int) -> int:
     return 36 * ocb * cb * lanes * lanes + ocb * lanes + lanes
 
 
+@inlined
+def _bias_and_zeros(b, a, at, K, count):
+    """After the packed filters: the bias (zeros past K, or all zeros without one), then the
+    zeros the input transform reads for taps in the padding."""
+    for k in range(count):
+        a[at + k] = b[k] if (b.size > 0 and k < K) else np.float32(0.0)
+
+
 @parallel_kernel
 def pack(w, b, a, p0, L):
     """U = G g G^T per (output, input) channel pair, in float64, then the bias and zeros."""
@@ -125,9 +139,7 @@ def pack(w, b, a, p0, L):
                             for j in range(3):
                                 u += _G[r, i] * np.float64(w[k, c, i, j]) * _G[s, j]
                     a[p0 + ((((r * 6 + s) * OCB + ob) * CB + ib) * V + ci) * V + co] = u
-    tail = p0 + 36 * OCB * CB * V * V
-    for k in range(OCB * V + V):
-        a[tail + k] = b[k] if (b.size > 0 and k < K) else np.float32(0.0)
+    _bias_and_zeros(b, a, p0 + 36 * OCB * CB * V * V, K, OCB * V + V)
 
 
 @inlined
@@ -150,6 +162,51 @@ def _at(m0, m1, m2, m3, m4, m5, L):
     p, q, r, s = vadd(m1, m2), vsub(m1, m2), vadd(m3, m4), vsub(m3, m4)
     return (vadd(vadd(m0, p), r), vfma(vsplat(2.0, L), s, q), vfma(vsplat(4.0, L), r, p),
             vadd(vfma(vsplat(8.0, L), s, q), m5))
+
+
+@inlined
+def _input_tile(a, xb, ih0, iw0, H, Wi, z0, tmp, dst, step, scaled, L):
+    """B^T d B of one tile's 6x6 patch of one channel block (xb; taps in the padding read the
+    zeros at z0), staged through tmp; entry e = 6 r + c stored at dst + e * step, times
+    D_r D_c where scaled (conv_fly's U~)."""
+    V = nlanes(L)
+    for c in range(6):
+        e6 = _bt(vload(a, _tap(xb, ih0, iw0, 0, c, H, Wi, V, z0, True), L),
+                 vload(a, _tap(xb, ih0, iw0, 1, c, H, Wi, V, z0, True), L),
+                 vload(a, _tap(xb, ih0, iw0, 2, c, H, Wi, V, z0, True), L),
+                 vload(a, _tap(xb, ih0, iw0, 3, c, H, Wi, V, z0, True), L),
+                 vload(a, _tap(xb, ih0, iw0, 4, c, H, Wi, V, z0, True), L),
+                 vload(a, _tap(xb, ih0, iw0, 5, c, H, Wi, V, z0, True), L), L)
+        for r in range(6):
+            vstore(a, tmp + (r * 6 + c) * V, e6[r])
+    for r in range(6):
+        row = tmp + r * 6 * V
+        f = _bt(vload(a, row, L), vload(a, row + V, L), vload(a, row + 2 * V, L),
+                vload(a, row + 3 * V, L), vload(a, row + 4 * V, L), vload(a, row + 5 * V, L), L)
+        for c in range(6):
+            vstore(a, dst + (r * 6 + c) * step, vmul(f[c], vsplat(_DD[r, c], L)) if scaled else f[c])
+
+
+@inlined
+def _output_tile(a, m0, step, tmp, bias, ya, y0, y_plain, n, ob, OCB, K, P, OH, OW, oh0, ow0, L):
+    """A^T M A of one tile of one output block (M's entry e = 6 r + c at m0 + e * step),
+    plus the bias, its live pixels stored into y."""
+    V = nlanes(L)
+    count = min(4, OW - ow0)
+    for c in range(6):
+        base = m0 + c * step
+        o = _at(vload(a, base, L), vload(a, base + 6 * step, L), vload(a, base + 12 * step, L),
+                vload(a, base + 18 * step, L), vload(a, base + 24 * step, L), vload(a, base + 30 * step, L), L)
+        for i in range(4):
+            vstore(a, tmp + (i * 6 + c) * V, o[i])
+    for i in range(min(4, OH - oh0)):
+        row = tmp + i * 6 * V
+        q = _at(vload(a, row, L), vload(a, row + V, L), vload(a, row + 2 * V, L),
+                vload(a, row + 3 * V, L), vload(a, row + 4 * V, L), vload(a, row + 5 * V, L), L)
+        q0, q1, q2, q3 = vadd(q[0], bias), vadd(q[1], bias), vadd(q[2], bias), vadd(q[3], bias)
+        # the row's (up to) 4 pixels as a 6-pixel store with 2 dead ones
+        _put_block(ya, y0, y_plain, n, ob, OCB, K, P, (oh0 + i) * OW + ow0, count, q0, q1, q2, q3, q3, q3,
+                   no_ep(), ya, L)
 
 
 @parallel_kernel
@@ -188,22 +245,8 @@ def conv(a, x0, p0, ya, y0, y_plain, K, N, C, H, Wi, OH, OW, ph, pw, s0, slot, t
             ih0 = th * 4 - ph
             iw0 = (t0 + t - th * TW) * 4 - pw
             for ib in range(CB):
-                xb = x0 + (n * CB + ib) * H * Wi * V
-                for c in range(6):
-                    e = _bt(vload(a, _tap(xb, ih0, iw0, 0, c, H, Wi, V, z0, True), L),
-                            vload(a, _tap(xb, ih0, iw0, 1, c, H, Wi, V, z0, True), L),
-                            vload(a, _tap(xb, ih0, iw0, 2, c, H, Wi, V, z0, True), L),
-                            vload(a, _tap(xb, ih0, iw0, 3, c, H, Wi, V, z0, True), L),
-                            vload(a, _tap(xb, ih0, iw0, 4, c, H, Wi, V, z0, True), L),
-                            vload(a, _tap(xb, ih0, iw0, 5, c, H, Wi, V, z0, True), L), L)
-                    for r in range(6):
-                        vstore(a, tmp + (r * 6 + c) * V, e[r])
-                for r in range(6):
-                    row = tmp + r * 6 * V
-                    f = _bt(vload(a, row, L), vload(a, row + V, L), vload(a, row + 2 * V, L),
-                            vload(a, row + 3 * V, L), vload(a, row + 4 * V, L), vload(a, row + 5 * V, L), L)
-                    for c in range(6):
-                        vstore(a, vt + (((r * 6 + c) * tb + t) * CB + ib) * V, f[c])
+                _input_tile(a, x0 + (n * CB + ib) * H * Wi * V, ih0, iw0, H, Wi, z0, tmp, vt + (t * CB + ib) * V,
+                            tb * CB * V, False, L)
         # 2. 36 GEMMs: 6 tiles x 2 blocks of output channels a step (dead tiles compute garbage, never stored)
         for e in range(36):
             for pr in range(pr_lo, pr_hi):
@@ -230,23 +273,295 @@ def conv(a, x0, p0, ya, y0, y_plain, K, N, C, H, Wi, OH, OW, ph, pw, s0, slot, t
             th = (t0 + t) // TW
             oh0 = th * 4
             ow0 = (t0 + t - th * TW) * 4
-            count = min(4, OW - ow0)
             for ob in range(2 * pr_lo, min(OCB, 2 * pr_hi)):
-                bias = vload(a, bias0 + ob * V, L)
-                for c in range(6):
-                    base = m + ((c * OCB + ob) * tb + t) * V
-                    step = 6 * OCB * tb * V
-                    o = _at(vload(a, base, L), vload(a, base + step, L), vload(a, base + 2 * step, L),
-                            vload(a, base + 3 * step, L), vload(a, base + 4 * step, L),
-                            vload(a, base + 5 * step, L), L)
-                    for i in range(4):
-                        vstore(a, tmp + (i * 6 + c) * V, o[i])
-                for i in range(min(4, OH - oh0)):
-                    row = tmp + i * 6 * V
-                    q = _at(vload(a, row, L), vload(a, row + V, L), vload(a, row + 2 * V, L),
-                            vload(a, row + 3 * V, L), vload(a, row + 4 * V, L), vload(a, row + 5 * V, L), L)
-                    q0, q1, q2, q3 = vadd(q[0], bias), vadd(q[1], bias), vadd(q[2], bias), vadd(q[3], bias)
-                    # the row's (up to) 4 pixels as a 6-pixel store with 2 dead ones
-                    _put_block(ya, y0, y_plain, n, ob, OCB, K, P, (oh0 + i) * OW + ow0, count, q0, q1, q2, q3, q3, q3,
-                               no_ep(), ya, L)
+                _output_tile(a, m + (ob * tb + t) * V, OCB * tb * V, tmp, vload(a, bias0 + ob * V, L), ya, y0, y_plain,
+                             n, ob, OCB, K, P, OH, OW, oh0, ow0, L)
 
+
+# --- filters transformed on the fly (few tiles, large U) --------------------------------------
+# G = D G~ with D = diag(1/4, -1/6, -1/6, 1/24, 1/24, 1) and G~'s rows integers, so
+# U = G g G^T = D (G~ g G~^T) D: the kernel builds U~ = G~ g G~^T from the raw filters with
+# adds and multiplies by 2 and 4, and the constant D_r D_s goes onto the input transform
+# (M = U . Vt = U~ . (D_r D_s Vt)).
+FLY_MAX_GROUPS = 2            # 16 lanes: tile groups a batch may have for conv_fly at any size of U
+FLY_U_L2S = 4                 # ... and beyond, a U over this many L2s (see on_the_fly)
+FLY_U_L2S_NARROW = 16         # 8 lanes and 1: a U over this many L2s, and at most 4 tiles an image
+_D = (1 / 4, -1 / 6, -1 / 6, 1 / 24, 1 / 24, 1.0)
+_DD = np.array([[_D[r] * _D[s] for s in range(6)] for r in range(6)], np.float32)
+
+
+def fly_tiles(lanes: int) -> int:
+    """Tiles a group of conv_fly: its accumulators are 6 columns of U~ x the group's tiles,
+    24 of AVX-512's 32 vector registers at 16 lanes; 12 of AVX2's 16 at 8 lanes and 1."""
+    return 4 if lanes == 16 else 2
+
+
+def tile_groups(g, lanes: int) -> int:
+    """Groups of fly_tiles 4x4 output tiles the batch's tiles make."""
+    nt = g.x_shape[0] * -(-g.y_shape[2] // 4) * -(-g.y_shape[3] // 4)
+    return -(-nt // fly_tiles(lanes))
+
+
+def u_bytes(g, lanes: int) -> int:
+    cb, ocb = _blocks(g, lanes)
+    return 4 * 36 * cb * ocb * lanes * lanes
+
+
+def on_the_fly(g, lanes: int) -> bool:
+    """conv_fly for this conv? One conv, the Zen4 (1 MiB L2), conv_fly against conv in ms.
+
+    16 lanes (4-tile groups): where the batch has at most FLY_MAX_GROUPS groups (the filter
+    transform is then made at most twice), or where U is over FLY_U_L2S of a core's L2 (conv
+    reads it again for each block of up to 18 tiles, from L3 or memory): 512@7 batch 1
+    0.54 / 1.34, batch 8 4.5 / 9.0; 256@14 batch 1 0.42 / 0.46, batch 4 2.0 / 2.2; 256@28
+    1.60 / 1.71; 128@7 0.043 / 0.055; 64@7 0.021 / 0.025. U of 2.4 MB with 13 to 49 groups
+    stays with conv: 128@28 0.53 / 0.46, 128@14 batch 4 0.55 / 0.52, 128@56 1.58 / 1.48.
+
+    8 lanes and 1 (2-tile groups, the transform made twice as often for the same tiles):
+    only where U is over FLY_U_L2S_NARROW L2s and an image has at most 4 tiles (7x7 and
+    smaller, where conv's blocks of 6 tiles an image waste a third): 512@7 batch 1
+    1.00 / 1.80, batch 2 1.91 / 3.29, batch 8 8.3 / 12.7; but 512@14 3.77 / 3.17, 256@14
+    0.94 / 0.68 and 256@7 0.236 / 0.211."""
+    if lanes == 16:
+        return tile_groups(g, lanes) <= FLY_MAX_GROUPS or u_bytes(g, lanes) > FLY_U_L2S * l2_bytes()
+    per_image = -(-g.y_shape[2] // 4) * -(-g.y_shape[3] // 4)
+    return per_image <= 4 and u_bytes(g, lanes) > FLY_U_L2S_NARROW * l2_bytes()
+
+
+def fly_packed_floats(g, lanes: int) -> int:
+    """The raw filters [OCB, CB * V, 9, V], the bias padded to whole blocks, V zeros."""
+    cb, ocb = _blocks(g, lanes)
+    return 9 * ocb * cb * lanes * lanes + ocb * lanes + lanes
+
+
+def fly_slot_floats(g, lanes: int) -> int:
+    """One worker's slot: Vt [36, CB, TG, V] (scaled by D_r D_s), M [36, TG, V], a 6x6
+    staging block (TG = fly_tiles)."""
+    cb, _ = _blocks(g, lanes)
+    tg = fly_tiles(lanes)
+    return 36 * cb * tg * lanes + 36 * tg * lanes + 36 * lanes
+
+
+def fly_split(g, lanes: int, threads: int) -> int:
+    """Runs of output-channel blocks a tile group is cut into: enough for every worker to
+    have an item (each repeats its group's input transform, a few percent of its work),
+    never more than the blocks."""
+    _, ocb = _blocks(g, lanes)
+    return max(1, min(ocb, -(-threads // tile_groups(g, lanes))))
+
+
+@parallel_kernel
+def fly_pack(w, b, a, p0, L):
+    """The raw filters in the order conv_fly reads them: for each output block, input
+    channel and tap, a vector of the block's output channels; then the bias and zeros."""
+    V = nlanes(L)
+    K, C = w.shape[0], w.shape[1]
+    CB = (C + V - 1) // V
+    OCB = (K + V - 1) // V
+    for k in prange(OCB * V):
+        ob = k // V
+        co = k - ob * V
+        for c in range(CB * V):
+            for tap in range(9):
+                a[p0 + ((ob * CB * V + c) * 9 + tap) * V + co] = w[k, c, tap // 3, tap % 3] if (k < K and c < C) \
+                    else np.float32(0.0)
+    _bias_and_zeros(b, a, p0 + 9 * OCB * CB * V * V, K, OCB * V + V)
+
+
+@inlined
+def _gt_row(a, g, r, L):
+    """Row r of G~ g, g's 9 vectors at g (tap-major); r a constant where inlined, so each
+    pass keeps only its own branch."""
+    V = nlanes(L)
+    if r == 0:
+        return vload(a, g, L), vload(a, g + V, L), vload(a, g + 2 * V, L)
+    if r == 5:
+        return vload(a, g + 6 * V, L), vload(a, g + 7 * V, L), vload(a, g + 8 * V, L)
+    g0, g1, g2 = vload(a, g, L), vload(a, g + V, L), vload(a, g + 2 * V, L)
+    h0, h1, h2 = vload(a, g + 3 * V, L), vload(a, g + 4 * V, L), vload(a, g + 5 * V, L)
+    k0, k1, k2 = vload(a, g + 6 * V, L), vload(a, g + 7 * V, L), vload(a, g + 8 * V, L)
+    if r == 1:                # 1 1 1
+        return vadd(vadd(g0, k0), h0), vadd(vadd(g1, k1), h1), vadd(vadd(g2, k2), h2)
+    if r == 2:                # 1 -1 1
+        return vsub(vadd(g0, k0), h0), vsub(vadd(g1, k1), h1), vsub(vadd(g2, k2), h2)
+    c4 = vsplat(4.0, L)
+    if r == 3:                # 1 2 4
+        return (vadd(vfma(c4, k0, g0), vadd(h0, h0)), vadd(vfma(c4, k1, g1), vadd(h1, h1)),
+                vadd(vfma(c4, k2, g2), vadd(h2, h2)))
+    return (vsub(vfma(c4, k0, g0), vadd(h0, h0)), vsub(vfma(c4, k1, g1), vadd(h1, h1)),    # 1 -2 4
+            vsub(vfma(c4, k2, g2), vadd(h2, h2)))
+
+
+@inlined
+def _gt_cols(t0, t1, t2, L):
+    """A row (t0, t1, t2) times G~^T: its 6 entries of U~."""
+    e = vadd(t0, t2)
+    f = vfma(vsplat(4.0, L), t2, t0)
+    h = vadd(t1, t1)
+    return t0, vadd(e, t1), vsub(e, t1), vadd(f, h), vsub(f, h), t2
+
+
+@inlined
+def _fma_4(a, o, step, u, c0, c1, c2, c3, L):
+    """u times the 4 tiles' broadcast inputs at o, o + step, ... into 4 accumulators."""
+    return (vfma(vbcast(a, o, L), u, c0), vfma(vbcast(a, o + step, L), u, c1),
+            vfma(vbcast(a, o + 2 * step, L), u, c2), vfma(vbcast(a, o + 3 * step, L), u, c3))
+
+
+@inlined
+def _fma_2(a, o, step, u, c0, c1, L):
+    return vfma(vbcast(a, o, L), u, c0), vfma(vbcast(a, o + step, L), u, c1)
+
+
+@inlined
+def _store_4(a, at, c0, c1, c2, c3, L):
+    V = nlanes(L)
+    vstore(a, at, c0)
+    vstore(a, at + V, c1)
+    vstore(a, at + 2 * V, c2)
+    vstore(a, at + 3 * V, c3)
+
+
+@inlined
+def _store_2(a, at, c0, c1, L):
+    vstore(a, at, c0)
+    vstore(a, at + nlanes(L), c1)
+
+
+@inlined
+def _row_sums4(a, w_ob, vt, m, CB, r, L):
+    """Row r of M [36, 4, V] for one output block: the sum over input channels of U~[r, s]
+    (made here from the raw filters at w_ob) times the 4 tiles' Vt [36, CB, 4, V]; 24
+    accumulators."""
+    V = nlanes(L)
+    z = vzero(L)
+    a00 = a01 = a02 = a03 = a10 = a11 = a12 = a13 = a20 = a21 = a22 = a23 = z
+    a30 = a31 = a32 = a33 = a40 = a41 = a42 = a43 = a50 = a51 = a52 = a53 = z
+    cs = CB * 4 * V                   # Vt's step from U~ column s to s + 1
+    for ib in range(CB):
+        for ci in range(V):
+            t0, t1, t2 = _gt_row(a, w_ob + (ib * V + ci) * 9 * V, r, L)
+            u0, u1, u2, u3, u4, u5 = _gt_cols(t0, t1, t2, L)
+            o = vt + ((r * 6 * CB + ib) * 4) * V + ci
+            a00, a01, a02, a03 = _fma_4(a, o, V, u0, a00, a01, a02, a03, L)
+            a10, a11, a12, a13 = _fma_4(a, o + cs, V, u1, a10, a11, a12, a13, L)
+            a20, a21, a22, a23 = _fma_4(a, o + 2 * cs, V, u2, a20, a21, a22, a23, L)
+            a30, a31, a32, a33 = _fma_4(a, o + 3 * cs, V, u3, a30, a31, a32, a33, L)
+            a40, a41, a42, a43 = _fma_4(a, o + 4 * cs, V, u4, a40, a41, a42, a43, L)
+            a50, a51, a52, a53 = _fma_4(a, o + 5 * cs, V, u5, a50, a51, a52, a53, L)
+    row = m + r * 6 * 4 * V
+    _store_4(a, row, a00, a01, a02, a03, L)
+    _store_4(a, row + 4 * V, a10, a11, a12, a13, L)
+    _store_4(a, row + 8 * V, a20, a21, a22, a23, L)
+    _store_4(a, row + 12 * V, a30, a31, a32, a33, L)
+    _store_4(a, row + 16 * V, a40, a41, a42, a43, L)
+    _store_4(a, row + 20 * V, a50, a51, a52, a53, L)
+
+
+@inlined
+def _row_sums2(a, w_ob, vt, m, CB, r, L):
+    """_row_sums4 for groups of 2 tiles: 12 accumulators (8 lanes and 1)."""
+    V = nlanes(L)
+    z = vzero(L)
+    a00 = a01 = a10 = a11 = a20 = a21 = a30 = a31 = a40 = a41 = a50 = a51 = z
+    cs = CB * 2 * V
+    for ib in range(CB):
+        for ci in range(V):
+            t0, t1, t2 = _gt_row(a, w_ob + (ib * V + ci) * 9 * V, r, L)
+            u0, u1, u2, u3, u4, u5 = _gt_cols(t0, t1, t2, L)
+            o = vt + ((r * 6 * CB + ib) * 2) * V + ci
+            a00, a01 = _fma_2(a, o, V, u0, a00, a01, L)
+            a10, a11 = _fma_2(a, o + cs, V, u1, a10, a11, L)
+            a20, a21 = _fma_2(a, o + 2 * cs, V, u2, a20, a21, L)
+            a30, a31 = _fma_2(a, o + 3 * cs, V, u3, a30, a31, L)
+            a40, a41 = _fma_2(a, o + 4 * cs, V, u4, a40, a41, L)
+            a50, a51 = _fma_2(a, o + 5 * cs, V, u5, a50, a51, L)
+    row = m + r * 6 * 2 * V
+    _store_2(a, row, a00, a01, L)
+    _store_2(a, row + 2 * V, a10, a11, L)
+    _store_2(a, row + 4 * V, a20, a21, L)
+    _store_2(a, row + 6 * V, a30, a31, L)
+    _store_2(a, row + 8 * V, a40, a41, L)
+    _store_2(a, row + 10 * V, a50, a51, L)
+
+
+@kernel
+def _fly_row(a, w_ob, vt, m, CB, r, TG, L):
+    """Row r of M for one output block, a function of its own for each (r, TG) (both are
+    compiled as constants, literally): each row keeps only its own arithmetic of G~, and
+    conv_fly stays small to compile (the 12 rows inlined into it took about a minute)."""
+    literally(r)
+    literally(TG)
+    if TG == 4:
+        _row_sums4(a, w_ob, vt, m, CB, r, L)
+    else:
+        _row_sums2(a, w_ob, vt, m, CB, r, L)
+
+
+@parallel_kernel
+def conv_fly(a, x0, p0, ya, y0, y_plain, K, N, C, H, Wi, OH, OW, ph, pw, s0, slot, TG, kq, L):
+    """conv's result with the filters transformed on the fly: raw filters packed at p0
+    (fly_pack). Work items: (group of TG tiles of the batch (fly_tiles), run of output
+    blocks), kq runs a group; each item transforms its group's inputs into its slot, then for each of its
+    output blocks builds M row by row of U~ (_fly_row) and transforms M to the output."""
+    V = nlanes(L)
+    CB = (C + V - 1) // V
+    OCB = (K + V - 1) // V
+    TW = (OW + 3) // 4
+    NT = ((OH + 3) // 4) * TW
+    P = OH * OW
+    groups = (N * NT + TG - 1) // TG
+    per_k = (OCB + kq - 1) // kq
+    bias0 = p0 + 9 * OCB * CB * V * V
+    z0 = bias0 + OCB * V
+    for it in prange(groups * kq):
+        V = nlanes(L)
+        grp = it // kq
+        ob_lo = (it % kq) * per_k
+        ob_hi = min(OCB, ob_lo + per_k)
+        vt = s0 + numba.get_thread_id() * slot
+        m = vt + 36 * CB * TG * V
+        tmp = m + 36 * TG * V
+        # 1. input transform of the group's tiles, scaled by D_r D_s (a dead tile: zeros)
+        for t in range(TG):
+            tg = grp * TG + t
+            n = tg // NT
+            th = (tg - n * NT) // TW
+            ih0 = th * 4 - ph
+            iw0 = (tg - n * NT - th * TW) * 4 - pw
+            for ib in range(CB):
+                if tg >= N * NT:
+                    for e in range(36):
+                        vstore(a, vt + ((e * CB + ib) * TG + t) * V, vzero(L))
+                    continue
+                _input_tile(a, x0 + (n * CB + ib) * H * Wi * V, ih0, iw0, H, Wi, z0, tmp, vt + (ib * TG + t) * V,
+                            CB * TG * V, True, L)
+        for ob in range(ob_lo, ob_hi):
+            # 2. M [36, TG, V] of this output block, one row of U~ a pass (constant r: each
+            # pass is compiled with its own row's arithmetic only)
+            w_ob = p0 + ob * CB * V * 9 * V
+            if TG == 4:
+                _fly_row(a, w_ob, vt, m, CB, 0, 4, L)
+                _fly_row(a, w_ob, vt, m, CB, 1, 4, L)
+                _fly_row(a, w_ob, vt, m, CB, 2, 4, L)
+                _fly_row(a, w_ob, vt, m, CB, 3, 4, L)
+                _fly_row(a, w_ob, vt, m, CB, 4, 4, L)
+                _fly_row(a, w_ob, vt, m, CB, 5, 4, L)
+            else:
+                _fly_row(a, w_ob, vt, m, CB, 0, 2, L)
+                _fly_row(a, w_ob, vt, m, CB, 1, 2, L)
+                _fly_row(a, w_ob, vt, m, CB, 2, 2, L)
+                _fly_row(a, w_ob, vt, m, CB, 3, 2, L)
+                _fly_row(a, w_ob, vt, m, CB, 4, 2, L)
+                _fly_row(a, w_ob, vt, m, CB, 5, 2, L)
+            # 3. output transform, bias, store
+            bias = vload(a, bias0 + ob * V, L)
+            for t in range(TG):
+                tg = grp * TG + t
+                if tg >= N * NT:
+                    break
+                n = tg // NT
+                th = (tg - n * NT) // TW
+                oh0 = th * 4
+                ow0 = (tg - n * NT - th * TW) * 4
+                _output_tile(a, m + t * V, TG * V, tmp, bias, ya, y0, y_plain, n, ob, OCB, K, P, OH, OW, oh0, ow0, L)
