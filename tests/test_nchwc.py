@@ -845,12 +845,15 @@ def assert_f4_kernel(th, kernel, width):
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: c.id)
 def test_winograd_f4_matches_reference_at_every_width(case, width, f4_kernel):
+    (_, x), (_, w) = case.inputs[0], case.params[0]
+    kw = case.kw
+    eligible = len(x) == 4 and w[2:] == (3, 3) and kw["stride"] == 1 and kw["dilation"] == 1 and kw["groups"] == 1
+    if f4_kernel == "conv_fly" and not eligible:
+        pytest.skip("not a 2-D 3x3 stride-1 conv: checked once, with the kernel choice untouched")
     ref, _, _, _ = run_case(case, REFERENCE, seed=52)
     out, exe, _, _ = run_case(case, rx.Config(winograd="f4", simd_width=width), seed=52)
     th = main_thunk(exe)
-    (_, x), (_, w) = case.inputs[0], case.params[0]
-    kw = case.kw
-    if len(x) == 4 and w[2:] == (3, 3) and kw["stride"] == 1 and kw["dilation"] == 1 and kw["groups"] == 1:
+    if eligible:
         assert_f4_kernel(th, f4_kernel, width)
         assert_close(out, ref, F4_TOL, f"winograd_f4 {f4_kernel} {width} {case.id}")
     else:
@@ -943,6 +946,22 @@ def test_winograd_f4_transforms_filters_on_the_fly_where_measured_faster(monkeyp
     assert not any(fly(*a, lanes) for a in ((1, 512, 14), (1, 256, 14), (1, 256, 7), (1, 64, 7)) for lanes in (8, 1))
 
 
+def test_conv_fly_split_gives_every_worker_the_same_items():
+    """Tile groups (4 tiles at 16 lanes) times runs of output blocks: a multiple of the
+    workers, with the fewest runs (each repeats its group's input transform)."""
+    from types import SimpleNamespace
+    from rlxpy.cpu_kernels import winograd_f4
+
+    def split(n, c, hw, threads, lanes=16):
+        return winograd_f4.fly_split(SimpleNamespace(x_shape=(n, c, hw, hw), y_shape=(n, c, hw, hw)), lanes, threads)
+    for n, threads in itertools.product(range(1, 9), (1, 2, 3, 4)):
+        runs = split(n, 512, 7, threads)          # n images of 4 tiles: n groups
+        assert (n * runs) % threads == 0, (n, threads, runs)
+        assert runs == min(r for r in range(1, threads + 1) if (n * r) % threads == 0)
+    assert split(1, 16, 7, 4) == 1                # one output block: one run, whatever the workers
+    assert split(1, 512, 7, 2, lanes=8) == 1      # 8 lanes: 2 groups of 2 tiles
+
+
 def test_winograd_f4_on_the_fly_keeps_the_raw_filters():
     """A 64 -> 64 conv on a 7x7 plane at 16 lanes (4 tiles, one group): conv_fly, said by
     explain, its persistent buffer the raw filters (9 floats a channel pair, not U's 36),
@@ -1014,11 +1033,15 @@ def test_stride1_transposed_convs_and_input_gradients_run_as_vector_convs(case, 
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("case", TRANSPOSED_CASES, ids=lambda c: c.id)
 def test_rlx_winograd_f4_takes_stride1_3x3_transposed_convs_and_input_gradients(case, width, f4_kernel):
+    kw, (_, w) = case.kw, case.params[0]
+    eligible = (kw["stride"] == 1 and w[2:] == (3, 3) and kw["dilation"] == 1 and kw["groups"] == 1
+                and kw["padding"] in (0, 1, 2))
+    if f4_kernel == "conv_fly" and not eligible:
+        pytest.skip("not a stride-1 3x3 transposed conv: checked once, with the kernel choice untouched")
     ref, _, _, _ = run_case(case, REFERENCE, seed=56)
     out, exe, _, _ = run_case(case, rx.Config(winograd="f4", simd_width=width), seed=56)
     th = main_thunk(exe)
-    kw, (_, w) = case.kw, case.params[0]
-    if kw["stride"] == 1 and w[2:] == (3, 3) and kw["dilation"] == 1 and kw["groups"] == 1 and kw["padding"] in (0, 1, 2):
+    if eligible:
         assert_f4_kernel(th, f4_kernel, width)
         assert_close(out, ref, F4_TOL, f"winograd_f4 {f4_kernel} {width} {case.id}")
     else:

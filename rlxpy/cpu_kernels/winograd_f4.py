@@ -24,6 +24,8 @@ measures it against float64 and F(2x2,3x3)).
 """
 from __future__ import annotations
 
+import math
+
 import numba
 import numpy as np
 from numba import literally, prange
@@ -343,11 +345,13 @@ def fly_slot_floats(g, lanes: int) -> int:
 
 
 def fly_split(g, lanes: int, threads: int) -> int:
-    """Runs of output-channel blocks a tile group is cut into: enough for every worker to
-    have an item (each repeats its group's input transform, a few percent of its work),
-    never more than the blocks."""
+    """Runs of output-channel blocks a tile group is cut into: the fewest that give every
+    worker the same number of items (numba hands each an equal contiguous run of them), as
+    each run repeats its group's input transform: 1 group on 2 workers, 2 runs; 2 groups, 1;
+    3 groups, 2 (6 items, 3 each, where 3 whole groups would leave one worker a third of the
+    work); never more runs than blocks."""
     _, ocb = _blocks(g, lanes)
-    return max(1, min(ocb, -(-threads // tile_groups(g, lanes))))
+    return max(1, min(ocb, threads // math.gcd(tile_groups(g, lanes), threads)))
 
 
 @parallel_kernel
