@@ -66,8 +66,8 @@ def jobs(widths: Iterable[int]) -> List[Tuple[str, Callable[[], None]]]:
                         rx.compile(g, fast.replace(conv_algo=algo)).run(inputs)
             out.append((f"{case.id} (width {width})", job))
         def fly(fast=fast):
-            # winograd_f4's conv_fly: its rule takes 512 channels at 7x7 at every width
-            # (the case table's small convs take it only at 16 lanes)
+            # winograd_f4's conv_fly: its rule takes 512 channels at 7x7 at every width on
+            # hosts with up to 2 MiB of L2 (the case table's small convs only at 16 lanes)
             g = rx.Graph()
             x = g.input("x", (1, 512, 7, 7))
             g.output("y", g.conv(x, g.param("w", np.full((512, 512, 3, 3), 0.01, np.float32)), padding=1))
