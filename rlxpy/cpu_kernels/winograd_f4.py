@@ -167,6 +167,13 @@ def _at(m0, m1, m2, m3, m4, m5, L):
 
 
 @inlined
+def _tile_origin(t, TW):
+    """The top-left output pixel (oh0, ow0) of tile t of an image, TW tiles a row."""
+    th = t // TW
+    return th * 4, (t - th * TW) * 4
+
+
+@inlined
 def _input_tile(a, xb, ih0, iw0, H, Wi, z0, tmp, dst, step, scaled, L):
     """B^T d B of one tile's 6x6 patch of one channel block (xb; taps in the padding read the
     zeros at z0), staged through tmp; entry e = 6 r + c stored at dst + e * step, times
@@ -243,12 +250,10 @@ def conv(a, x0, p0, ya, y0, y_plain, K, N, C, H, Wi, OH, OW, ph, pw, s0, slot, t
         tmp = m + 36 * tb * OCB * V
         # 1. input transform, one channel block of one tile at a time
         for t in range(nt):
-            th = (t0 + t) // TW
-            ih0 = th * 4 - ph
-            iw0 = (t0 + t - th * TW) * 4 - pw
+            oh0, ow0 = _tile_origin(t0 + t, TW)
             for ib in range(CB):
-                _input_tile(a, x0 + (n * CB + ib) * H * Wi * V, ih0, iw0, H, Wi, z0, tmp, vt + (t * CB + ib) * V,
-                            tb * CB * V, False, L)
+                _input_tile(a, x0 + (n * CB + ib) * H * Wi * V, oh0 - ph, ow0 - pw, H, Wi, z0, tmp,
+                            vt + (t * CB + ib) * V, tb * CB * V, False, L)
         # 2. 36 GEMMs: 6 tiles x 2 blocks of output channels a step (dead tiles compute garbage, never stored)
         for e in range(36):
             for pr in range(pr_lo, pr_hi):
@@ -272,9 +277,7 @@ def conv(a, x0, p0, ya, y0, y_plain, K, N, C, H, Wi, OH, OW, ph, pw, s0, slot, t
                               L)
         # 3. output transform, bias, store
         for t in range(nt):
-            th = (t0 + t) // TW
-            oh0 = th * 4
-            ow0 = (t0 + t - th * TW) * 4
+            oh0, ow0 = _tile_origin(t0 + t, TW)
             for ob in range(2 * pr_lo, min(OCB, 2 * pr_hi)):
                 _output_tile(a, m + (ob * tb + t) * V, OCB * tb * V, tmp, vload(a, bias0 + ob * V, L), ya, y0, y_plain,
                              n, ob, OCB, K, P, OH, OW, oh0, ow0, L)
@@ -506,8 +509,9 @@ def _fly_row(a, w_ob, vt, m, CB, r, TG, L):
 def conv_fly(a, x0, p0, ya, y0, y_plain, K, N, C, H, Wi, OH, OW, ph, pw, s0, slot, TG, kq, L):
     """conv's result with the filters transformed on the fly: raw filters packed at p0
     (fly_pack). Work items: (group of TG tiles of the batch (fly_tiles), run of output
-    blocks), kq runs a group; each item transforms its group's inputs into its slot, then for each of its
-    output blocks builds M row by row of U~ (_fly_row) and transforms M to the output."""
+    blocks), kq runs a group; each item transforms its group's inputs into its slot, then
+    for each of its output blocks builds M row by row of U~ (_fly_row) and transforms M to
+    the output."""
     V = nlanes(L)
     CB = (C + V - 1) // V
     OCB = (K + V - 1) // V
@@ -529,17 +533,16 @@ def conv_fly(a, x0, p0, ya, y0, y_plain, K, N, C, H, Wi, OH, OW, ph, pw, s0, slo
         # 1. input transform of the group's tiles, scaled by D_r D_s (a dead tile: zeros)
         for t in range(TG):
             tg = grp * TG + t
-            n = tg // NT
-            th = (tg - n * NT) // TW
-            ih0 = th * 4 - ph
-            iw0 = (tg - n * NT - th * TW) * 4 - pw
-            for ib in range(CB):
-                if tg >= N * NT:
+            if tg >= N * NT:
+                for ib in range(CB):
                     for e in range(36):
                         vstore(a, vt + ((e * CB + ib) * TG + t) * V, vzero(L))
-                    continue
-                _input_tile(a, x0 + (n * CB + ib) * H * Wi * V, ih0, iw0, H, Wi, z0, tmp, vt + (ib * TG + t) * V,
-                            CB * TG * V, True, L)
+                continue
+            n = tg // NT
+            oh0, ow0 = _tile_origin(tg - n * NT, TW)
+            for ib in range(CB):
+                _input_tile(a, x0 + (n * CB + ib) * H * Wi * V, oh0 - ph, ow0 - pw, H, Wi, z0, tmp,
+                            vt + (ib * TG + t) * V, CB * TG * V, True, L)
         for ob in range(ob_lo, ob_hi):
             # 2. M [36, TG, V] of this output block, one row of U~ a pass (constant r: each
             # pass is compiled with its own row's arithmetic only)
@@ -565,7 +568,5 @@ def conv_fly(a, x0, p0, ya, y0, y_plain, K, N, C, H, Wi, OH, OW, ph, pw, s0, slo
                 if tg >= N * NT:
                     break
                 n = tg // NT
-                th = (tg - n * NT) // TW
-                oh0 = th * 4
-                ow0 = (tg - n * NT - th * TW) * 4
+                oh0, ow0 = _tile_origin(tg - n * NT, TW)
                 _output_tile(a, m + t * V, TG * V, tmp, bias, ya, y0, y_plain, n, ob, OCB, K, P, OH, OW, oh0, ow0, L)
