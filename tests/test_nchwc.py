@@ -3,6 +3,7 @@ every conv case of the table against the reference kernels at every SIMD width (
 1 lanes on any host: conftest's every_width), the layout plan (where reorders go, and where none are needed), channels padded
 inside the layout and never seen, and weights that change between runs."""
 import itertools
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -825,6 +826,12 @@ F4_TOL = 1e-3
 ON_THE_FLY = "filters transformed on the fly"
 
 
+def square_geometry(n, c, hw):
+    """What winograd_f4's sizing rules read of a conv's geometry: n images of c channels,
+    hw x hw planes in and out (the 3x3 pad-1 convs they were measured on)."""
+    return SimpleNamespace(x_shape=(n, c, hw, hw), y_shape=(n, c, hw, hw))
+
+
 @pytest.fixture(params=["conv", "conv_fly"])
 def f4_kernel(request, monkeypatch):
     """winograd_f4's kernel forced for the test: U packed once (conv) or the raw filters
@@ -915,10 +922,8 @@ def test_winograd_f4_work_split_keeps_both_workers_busy():
     """Small planes split the output channels (both workers busy, each reading its half of
     U); 16 tiles (256 channels at 14x14) stay one block, so U is read once; one worker never
     splits (it would only repeat the input transform)."""
-    from types import SimpleNamespace
     from rlxpy.cpu_kernels import winograd_f4
-    def geo(n, c, hw):
-        return SimpleNamespace(x_shape=(n, c, hw, hw), y_shape=(n, c, hw, hw))
+    geo = square_geometry
     for c, hw in ((512, 7), (256, 14), (128, 28)):
         tb, kg = winograd_f4.work_split(geo(1, c, hw), 8, 2)
         tiles = -(-hw // 4) ** 2
@@ -933,12 +938,11 @@ def test_winograd_f4_transforms_filters_on_the_fly_where_measured_faster(monkeyp
     """on_the_fly's rule on a 1 MiB L2 (the Zen4 it was measured on; winograd_f4.on_the_fly
     has the numbers): at 16 lanes a batch of at most 2 groups of 4 tiles, or a U over 4 MiB;
     at 8 lanes and 1 only a U over 16 MiB on planes of at most 4 tiles."""
-    from types import SimpleNamespace
     from rlxpy.cpu_kernels import winograd_f4
     monkeypatch.setattr(winograd_f4, "l2_bytes", lambda: 1 << 20)
 
     def fly(n, c, hw, lanes):
-        return winograd_f4.on_the_fly(SimpleNamespace(x_shape=(n, c, hw, hw), y_shape=(n, c, hw, hw)), lanes)
+        return winograd_f4.on_the_fly(square_geometry(n, c, hw), lanes)
     assert all(fly(*a, 16) for a in ((1, 512, 7), (8, 512, 7), (1, 256, 14), (4, 256, 14), (1, 256, 28), (1, 64, 7),
                                      (2, 16, 7)))
     assert not any(fly(*a, 16) for a in ((1, 128, 28), (4, 128, 14), (1, 128, 56), (3, 16, 7)))
@@ -949,11 +953,10 @@ def test_winograd_f4_transforms_filters_on_the_fly_where_measured_faster(monkeyp
 def test_conv_fly_split_gives_every_worker_the_same_items():
     """Tile groups (4 tiles at 16 lanes) times runs of output blocks: a multiple of the
     workers, with the fewest runs (each repeats its group's input transform)."""
-    from types import SimpleNamespace
     from rlxpy.cpu_kernels import winograd_f4
 
     def split(n, c, hw, threads, lanes=16):
-        return winograd_f4.fly_split(SimpleNamespace(x_shape=(n, c, hw, hw), y_shape=(n, c, hw, hw)), lanes, threads)
+        return winograd_f4.fly_split(square_geometry(n, c, hw), lanes, threads)
     for n, threads in itertools.product(range(1, 9), (1, 2, 3, 4)):
         runs = split(n, 512, 7, threads)          # n images of 4 tiles: n groups
         assert (n * runs) % threads == 0, (n, threads, runs)
